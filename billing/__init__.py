@@ -1,0 +1,1 @@
+"""Billing: tenants and memberships, API keys, prices, budgets, usage and cost."""

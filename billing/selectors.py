@@ -1,0 +1,24 @@
+"""Tenancy reads used by access checks, views and other apps."""
+
+from __future__ import annotations
+
+from django.db.models import Count, QuerySet
+
+from billing.models import Membership, Tenant
+
+
+def tenant_ids_for_user(*, user) -> set[int]:
+    return set(
+        Membership.objects.filter(user=user, tenant__is_active=True).values_list("tenant_id", flat=True)
+    )
+
+
+def membership_role(*, user, tenant_id: int) -> str | None:
+    return Membership.objects.filter(user=user, tenant_id=tenant_id).values_list("role", flat=True).first()
+
+
+def tenants_visible_to(*, user, reads_everything: bool) -> QuerySet[Tenant]:
+    qs = Tenant.objects.annotate(member_count=Count("memberships")).order_by("name")
+    if reads_everything:
+        return qs
+    return qs.filter(memberships__user=user)

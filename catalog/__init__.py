@@ -1,0 +1,1 @@
+"""Catalog: GPU types, models, model versions and their memory estimates."""

@@ -1,0 +1,31 @@
+from django.contrib import admin
+
+from catalog.models import GpuType, Model, ModelVersion
+
+
+@admin.register(GpuType)
+class GpuTypeAdmin(admin.ModelAdmin):
+    list_display = (
+        "name",
+        "memory_gib",
+        "hbm_bandwidth_gbps",
+        "bf16_tflops",
+        "fp8_tflops",
+        "rental_usd_per_hour",
+    )
+    search_fields = ("name",)
+
+
+@admin.register(Model)
+class ModelAdmin(admin.ModelAdmin):
+    list_display = ("name", "family", "parameter_count", "layers", "hidden_size", "kv_heads", "max_context")
+    list_filter = ("family",)
+    search_fields = ("name",)
+
+
+@admin.register(ModelVersion)
+class ModelVersionAdmin(admin.ModelAdmin):
+    list_display = ("__str__", "precision", "kv_cache_dtype", "framework", "lifecycle", "created_at")
+    list_filter = ("precision", "framework", "lifecycle")
+    search_fields = ("model__name", "label")
+    raw_id_fields = ("baseline", "created_by")

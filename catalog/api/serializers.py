@@ -1,0 +1,79 @@
+from rest_framework import serializers
+
+from catalog.models import GpuType, Model, ModelVersion
+
+
+class _CleanedModelSerializer(serializers.ModelSerializer):
+    """Runs the model's ``clean()`` so the API rejects what the forms reject."""
+
+    def validate(self, attrs):
+        from django.core.exceptions import ValidationError as DjangoValidationError
+
+        instance = self.instance or self.Meta.model()
+        for key, value in attrs.items():
+            setattr(instance, key, value)
+        try:
+            instance.clean()
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from exc
+        return attrs
+
+
+class GpuTypeSerializer(_CleanedModelSerializer):
+    hourly_cost_usd = serializers.SerializerMethodField()
+
+    class Meta:
+        model = GpuType
+        fields = "__all__"
+
+    def get_hourly_cost_usd(self, obj) -> str:
+        from catalog.services import gpu_hourly_cost
+
+        return str(gpu_hourly_cost(obj))
+
+
+class ModelSerializer(_CleanedModelSerializer):
+    class Meta:
+        model = Model
+        fields = "__all__"
+
+
+class ModelVersionSerializer(_CleanedModelSerializer):
+    model_name = serializers.CharField(source="model.name", read_only=True)
+    created_by = serializers.StringRelatedField(read_only=True)
+
+    class Meta:
+        model = ModelVersion
+        fields = [
+            "id",
+            "model",
+            "model_name",
+            "label",
+            "weights_uri",
+            "precision",
+            "kv_cache_dtype",
+            "framework",
+            "lifecycle",
+            "baseline",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["lifecycle", "created_by", "created_at", "updated_at"]
+
+
+class LifecycleSerializer(serializers.Serializer):
+    to = serializers.ChoiceField(choices=[c for c, _ in ModelVersion._meta.get_field("lifecycle").choices])
+
+
+class MemoryEstimateSerializer(serializers.Serializer):
+    gpu = serializers.CharField()
+    tensor_parallel = serializers.IntegerField()
+    gpu_memory_utilization = serializers.FloatField()
+    context_len = serializers.IntegerField()
+    weight_bytes = serializers.FloatField()
+    kv_bytes_per_token = serializers.FloatField()
+    kv_capacity_tokens = serializers.IntegerField()
+    max_concurrent_seqs = serializers.IntegerField()
+    fits = serializers.BooleanField()
+    reason = serializers.CharField()

@@ -1,0 +1,68 @@
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from catalog import selectors, services
+from catalog.api.serializers import (
+    GpuTypeSerializer,
+    LifecycleSerializer,
+    MemoryEstimateSerializer,
+    ModelSerializer,
+    ModelVersionSerializer,
+)
+from catalog.models import GpuType, Model, ModelVersion
+from governor.access import PlatformAdminOrReadOnly
+
+
+class GpuTypeViewSet(viewsets.ModelViewSet):
+    queryset = GpuType.objects.order_by("name")
+    serializer_class = GpuTypeSerializer
+    permission_classes = [PlatformAdminOrReadOnly]
+    filterset_fields = ["name", "interconnect"]
+
+
+class ModelViewSet(viewsets.ModelViewSet):
+    queryset = Model.objects.order_by("family", "name")
+    serializer_class = ModelSerializer
+    permission_classes = [PlatformAdminOrReadOnly]
+    filterset_fields = ["family", "name"]
+
+
+class ModelVersionViewSet(viewsets.ModelViewSet):
+    queryset = ModelVersion.objects.select_related("model", "created_by").order_by("model__name", "label")
+    serializer_class = ModelVersionSerializer
+    permission_classes = [PlatformAdminOrReadOnly]
+    filterset_fields = ["model", "precision", "framework", "lifecycle", "model__family"]
+
+    def perform_create(self, serializer):
+        serializer.instance = services.model_version_create(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    @extend_schema(request=LifecycleSerializer, responses=ModelVersionSerializer)
+    @action(detail=True, methods=["post"])
+    def transition(self, request, pk=None):
+        """Move the version along its lifecycle (draft → candidate → approved → serving → deprecated)."""
+        version = self.get_object()
+        body = LifecycleSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            services.model_version_transition(
+                version=version, to=body.validated_data["to"], actor=request.user
+            )
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from exc
+        return Response(ModelVersionSerializer(version).data)
+
+    @extend_schema(responses=MemoryEstimateSerializer(many=True))
+    @action(detail=True, methods=["get"], url_path="memory-estimates")
+    def memory_estimates(self, request, pk=None):
+        """The smallest fitting tensor-parallel size per GPU type, or why it does not fit."""
+        version = self.get_object()
+        rows = services.model_version_memory_estimates(
+            version=version, gpu_types=list(selectors.gpu_type_list())
+        )
+        data = [(row["best"] or row["by_tp"][-1]).as_dict() for row in rows]
+        return Response(MemoryEstimateSerializer(data, many=True).data)

@@ -1,0 +1,47 @@
+"""Choices of the catalog, in one place."""
+
+from django.db import models
+
+
+class Precision(models.TextChoices):
+    BF16 = "bf16", "BF16"
+    FP16 = "fp16", "FP16"
+    FP8 = "fp8", "FP8"
+    W8A8 = "w8a8", "W8A8 (INT8)"
+    W4A16 = "w4a16", "W4A16 (INT4 weights)"
+
+
+class KvCacheDtype(models.TextChoices):
+    AUTO = "auto", "auto (model dtype)"
+    FP16 = "fp16", "FP16"
+    BF16 = "bf16", "BF16"
+    FP8 = "fp8", "FP8"
+    FP8_E4M3 = "fp8_e4m3", "FP8 E4M3"
+    FP8_E5M2 = "fp8_e5m2", "FP8 E5M2"
+
+
+class Framework(models.TextChoices):
+    VLLM = "vllm", "vLLM"
+    SGLANG = "sglang", "SGLang"
+    TENSORRT_LLM = "tensorrt-llm", "TensorRT-LLM"
+    LLAMA_CPP = "llama.cpp", "llama.cpp"
+
+
+class Lifecycle(models.TextChoices):
+    DRAFT = "draft", "Draft"
+    CANDIDATE = "candidate", "Candidate"
+    APPROVED = "approved", "Approved"
+    SERVING = "serving", "Serving"
+    DEPRECATED = "deprecated", "Deprecated"
+    REJECTED = "rejected", "Rejected"
+
+
+# Allowed lifecycle moves. Gates (a later issue) will guard candidate → approved.
+LIFECYCLE_TRANSITIONS: dict[str, set[str]] = {
+    Lifecycle.DRAFT: {Lifecycle.CANDIDATE, Lifecycle.REJECTED},
+    Lifecycle.CANDIDATE: {Lifecycle.APPROVED, Lifecycle.REJECTED, Lifecycle.DRAFT},
+    Lifecycle.APPROVED: {Lifecycle.SERVING, Lifecycle.DEPRECATED, Lifecycle.REJECTED},
+    Lifecycle.SERVING: {Lifecycle.DEPRECATED},
+    Lifecycle.DEPRECATED: {Lifecycle.SERVING},
+    Lifecycle.REJECTED: set(),
+}

@@ -1,0 +1,98 @@
+"""Forms of the catalog pages, including the list filters."""
+
+from __future__ import annotations
+
+from django import forms
+
+from catalog.constants import Framework, Lifecycle, Precision
+from catalog.models import GpuType, Model, ModelVersion
+
+
+class BootstrapMixin:
+    """Adds Bootstrap classes so every form renders consistently."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for field in self.fields.values():
+            css = "form-select" if isinstance(field.widget, forms.Select) else "form-control"
+            if isinstance(field.widget, forms.CheckboxInput):
+                css = "form-check-input"
+            field.widget.attrs.setdefault("class", css)
+
+
+class GpuTypeForm(BootstrapMixin, forms.ModelForm):
+    class Meta:
+        model = GpuType
+        fields = [
+            "name",
+            "memory_gib",
+            "hbm_bandwidth_gbps",
+            "bf16_tflops",
+            "fp8_tflops",
+            "interconnect",
+            "rental_usd_per_hour",
+            "purchase_price_usd",
+            "depreciation_years",
+            "power_kw",
+            "pue",
+            "electricity_usd_per_kwh",
+            "datacenter_ops_usd_per_month",
+        ]
+
+
+class ModelForm(BootstrapMixin, forms.ModelForm):
+    class Meta:
+        model = Model
+        fields = [
+            "name",
+            "family",
+            "parameter_count",
+            "layers",
+            "hidden_size",
+            "attention_heads",
+            "kv_heads",
+            "head_dim",
+            "vocab_size",
+            "max_context",
+            "licence",
+        ]
+
+
+class ModelVersionForm(BootstrapMixin, forms.ModelForm):
+    class Meta:
+        model = ModelVersion
+        fields = ["model", "label", "weights_uri", "precision", "kv_cache_dtype", "framework", "baseline"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["baseline"].queryset = ModelVersion.objects.select_related("model")
+        self.fields["baseline"].required = False
+
+
+class LifecycleForm(BootstrapMixin, forms.Form):
+    to = forms.ChoiceField(choices=Lifecycle.choices, label="Move to")
+
+
+class VersionFilterForm(BootstrapMixin, forms.Form):
+    """Query parameters of the version list page."""
+
+    q = forms.CharField(required=False, label="Search")
+    family = forms.ChoiceField(required=False)
+    precision = forms.ChoiceField(required=False, choices=[("", "any precision"), *Precision.choices])
+    framework = forms.ChoiceField(required=False, choices=[("", "any framework"), *Framework.choices])
+    lifecycle = forms.ChoiceField(required=False, choices=[("", "any lifecycle"), *Lifecycle.choices])
+
+    def __init__(self, *args, families: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["family"].choices = [("", "any family")] + [(f, f) for f in families]
+
+
+class EstimateForm(BootstrapMixin, forms.Form):
+    """Inputs of the memory estimate table on the version page."""
+
+    context_len = forms.IntegerField(
+        required=False, min_value=1, max_value=10_000_000, label="Context (tokens)"
+    )
+    gpu_memory_utilization = forms.FloatField(
+        required=False, min_value=0.05, max_value=1.0, initial=0.9, label="gpu_memory_utilization"
+    )

@@ -1,0 +1,198 @@
+"""Catalog pages: lists with filters and pagination, detail pages, and htmx create/edit forms."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views import View
+from django_htmx.http import HttpResponseClientRedirect
+
+from catalog import selectors, services
+from catalog.forms import (
+    EstimateForm,
+    GpuTypeForm,
+    LifecycleForm,
+    ModelForm,
+    ModelVersionForm,
+    VersionFilterForm,
+)
+from catalog.models import GpuType, Model, ModelVersion
+from governor.access import PlatformAdminRequiredMixin, PlatformUserRequiredMixin
+
+PAGE_SIZE = 25
+
+
+def _page(request, queryset):
+    return Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
+
+
+def _querystring_without_page(request) -> str:
+    params = request.GET.copy()
+    params.pop("page", None)
+    return params.urlencode()
+
+
+class VersionListView(PlatformUserRequiredMixin, View):
+    """All model versions; filters by family, precision, framework and lifecycle."""
+
+    def get(self, request):
+        form = VersionFilterForm(request.GET or None, families=selectors.model_families())
+        filters = form.cleaned_data if form.is_valid() else {}
+        versions = selectors.model_version_list(
+            search=filters.get("q") or None,
+            family=filters.get("family") or None,
+            precision=filters.get("precision") or None,
+            framework=filters.get("framework") or None,
+            lifecycle=filters.get("lifecycle") or None,
+        )
+        context = {"form": form, "page": _page(request, versions), "qs": _querystring_without_page(request)}
+        template = "catalog/partials/version_table.html" if request.htmx else "catalog/modelversion_list.html"
+        return render(request, template, context)
+
+
+class VersionDetailView(PlatformUserRequiredMixin, View):
+    """A version with its memory estimate on every GPU type."""
+
+    def get(self, request, pk: int):
+        version = get_object_or_404(
+            ModelVersion.objects.select_related("model", "baseline", "created_by"), pk=pk
+        )
+        form = EstimateForm(request.GET or None)
+        params = form.cleaned_data if form.is_valid() else {}
+        estimates = services.model_version_memory_estimates(
+            version=version,
+            gpu_types=list(selectors.gpu_type_list()),
+            context_len=params.get("context_len") or None,
+            gpu_memory_utilization=params.get("gpu_memory_utilization") or 0.9,
+        )
+        context = {
+            "version": version,
+            "spec": version.to_spec(),
+            "estimates": estimates,
+            "estimate_form": form,
+            "lifecycle_form": LifecycleForm(),
+        }
+        template = (
+            "catalog/partials/estimate_table.html" if request.htmx else "catalog/modelversion_detail.html"
+        )
+        return render(request, template, context)
+
+
+class VersionTransitionView(PlatformAdminRequiredMixin, View):
+    def post(self, request, pk: int):
+        version = get_object_or_404(ModelVersion, pk=pk)
+        form = LifecycleForm(request.POST)
+        if form.is_valid():
+            try:
+                services.model_version_transition(
+                    version=version, to=form.cleaned_data["to"], actor=request.user
+                )
+                messages.success(request, f"{version} is now {version.lifecycle}.")
+            except ValidationError as exc:
+                messages.error(request, " ".join(exc.messages))
+        else:
+            messages.error(request, "Unknown lifecycle state.")
+        return redirect(version.get_absolute_url())
+
+
+class _FormView(PlatformAdminRequiredMixin, View):
+    """Create/edit with one template for full page and htmx partial; success → HX-Redirect."""
+
+    form_class = None
+    model = None
+    title = ""
+
+    def get_object(self, pk):
+        return get_object_or_404(self.model, pk=pk) if pk else None
+
+    def render_form(self, request, form, obj, status=200):
+        context = {"form": form, "object": obj, "title": self.title if obj is None else f"Edit {obj}"}
+        template = "catalog/partials/form.html" if request.htmx else "catalog/form_page.html"
+        return render(request, template, context, status=status)
+
+    def get(self, request, pk: int | None = None):
+        obj = self.get_object(pk)
+        return self.render_form(request, self.form_class(instance=obj), obj)
+
+    def post(self, request, pk: int | None = None):
+        obj = self.get_object(pk)
+        form = self.form_class(request.POST, instance=obj)
+        if not form.is_valid():
+            return self.render_form(request, form, obj, status=422 if request.htmx else 200)
+        try:
+            saved = self.save(form, request)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+            return self.render_form(request, form, obj, status=422 if request.htmx else 200)
+        messages.success(request, f"Saved {saved}.")
+        if request.htmx:
+            return HttpResponseClientRedirect(saved.get_absolute_url())
+        return redirect(saved.get_absolute_url())
+
+    def save(self, form, request):
+        return form.save()
+
+
+class VersionCreateView(_FormView):
+    form_class = ModelVersionForm
+    model = ModelVersion
+    title = "New model version"
+
+    def save(self, form, request):
+        if form.instance.pk:
+            return form.save()
+        return services.model_version_create(actor=request.user, **form.cleaned_data)
+
+
+class ModelFormView(_FormView):
+    form_class = ModelForm
+    model = Model
+    title = "New model"
+
+
+class GpuTypeFormView(_FormView):
+    form_class = GpuTypeForm
+    model = GpuType
+    title = "New GPU type"
+
+
+class ModelListView(PlatformUserRequiredMixin, View):
+    def get(self, request):
+        family = request.GET.get("family") or None
+        models_qs = selectors.model_list(family=family, search=request.GET.get("q") or None)
+        context = {
+            "page": _page(request, models_qs),
+            "families": selectors.model_families(),
+            "family": family,
+            "q": request.GET.get("q", ""),
+            "qs": _querystring_without_page(request),
+        }
+        return render(request, "catalog/model_list.html", context)
+
+
+class ModelDetailView(PlatformUserRequiredMixin, View):
+    def get(self, request, pk: int):
+        model = get_object_or_404(Model, pk=pk)
+        versions = model.versions.select_related("baseline").order_by("label")
+        return render(request, "catalog/model_detail.html", {"model": model, "versions": versions})
+
+
+class GpuTypeListView(PlatformUserRequiredMixin, View):
+    def get(self, request):
+        gpus = [(g, services.gpu_hourly_cost(g)) for g in selectors.gpu_type_list()]
+        return render(request, "catalog/gputype_list.html", {"gpus": gpus})
+
+
+class GpuTypeDetailView(PlatformUserRequiredMixin, View):
+    def get(self, request, pk: int):
+        gpu = get_object_or_404(GpuType, pk=pk)
+        return render(
+            request, "catalog/gputype_detail.html", {"gpu": gpu, "hourly": services.gpu_hourly_cost(gpu)}
+        )
+
+
+def catalog_home(request):
+    return redirect(reverse("catalog:version_list"))

@@ -1,0 +1,135 @@
+"""Who may do what: the three kinds of people and the checks every view and endpoint uses.
+
+- **Platform admin**: a Django superuser. May read and change everything.
+- **Auditor**: a member of the ``auditors`` group. Reads everything, changes nothing, may export.
+- **Tenant member / tenant admin**: has a ``billing.Membership``; sees only their own tenants' data.
+  Tenant admins also manage their tenant's API keys.
+A signed-in user with none of these roles is an outsider to the platform and gets 403 everywhere.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.mixins import AccessMixin
+from django.core.exceptions import PermissionDenied
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+
+AUDITOR_GROUP = "auditors"
+
+
+def is_platform_admin(user) -> bool:
+    return bool(user and user.is_authenticated and user.is_active and user.is_superuser)
+
+
+def is_auditor(user) -> bool:
+    if not (user and user.is_authenticated and user.is_active):
+        return False
+    cached = getattr(user, "_governor_is_auditor", None)
+    if cached is None:
+        cached = user.groups.filter(name=AUDITOR_GROUP).exists()
+        user._governor_is_auditor = cached
+    return cached
+
+
+def reads_everything(user) -> bool:
+    """Platform admins and auditors see every tenant's data."""
+    return is_platform_admin(user) or is_auditor(user)
+
+
+def tenant_ids(user) -> set[int]:
+    """Ids of the tenants the user is a member of (cached on the user object for the request)."""
+    if not (user and user.is_authenticated):
+        return set()
+    cached = getattr(user, "_governor_tenant_ids", None)
+    if cached is None:
+        from billing.selectors import tenant_ids_for_user
+
+        cached = tenant_ids_for_user(user=user)
+        user._governor_tenant_ids = cached
+    return cached
+
+
+def is_platform_user(user) -> bool:
+    """Signed in and holding at least one role."""
+    return reads_everything(user) or bool(tenant_ids(user))
+
+
+def can_read_tenant(user, tenant_id: int) -> bool:
+    return reads_everything(user) or tenant_id in tenant_ids(user)
+
+
+def can_manage_tenant_keys(user, tenant_id: int) -> bool:
+    if is_platform_admin(user):
+        return True
+    from billing.selectors import membership_role
+
+    return membership_role(user=user, tenant_id=tenant_id) == "admin"
+
+
+# --- class-based view mixins -------------------------------------------------------------------
+
+
+class PlatformUserRequiredMixin(AccessMixin):
+    """Anonymous → login page; signed in without a role → 403."""
+
+    def dispatch(self, request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return self.handle_no_permission()
+        if not is_platform_user(request.user):
+            raise PermissionDenied("You have no role on this platform.")
+        return super().dispatch(request, *args, **kwargs)
+
+
+class ReadsEverythingRequiredMixin(AccessMixin):
+    """Pages for platform admins and auditors only."""
+
+    def dispatch(self, request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return self.handle_no_permission()
+        if not reads_everything(request.user):
+            raise PermissionDenied("Only platform admins and auditors may see this page.")
+        return super().dispatch(request, *args, **kwargs)
+
+
+class PlatformAdminRequiredMixin(AccessMixin):
+    """Pages that change platform-wide state: platform admins only."""
+
+    def dispatch(self, request, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return self.handle_no_permission()
+        if not is_platform_admin(request.user):
+            raise PermissionDenied("Only platform admins may do this.")
+        return super().dispatch(request, *args, **kwargs)
+
+
+# --- DRF permission classes ---------------------------------------------------------------------
+
+
+class IsPlatformUser(BasePermission):
+    """Default for the API: signed in with a role; writes are checked by the view's own class."""
+
+    message = "You have no role on this platform."
+
+    def has_permission(self, request, view) -> bool:
+        return is_platform_user(request.user)
+
+
+class PlatformAdminOrReadOnly(BasePermission):
+    """Platform users read; only platform admins write (auditors never do)."""
+
+    message = "Only platform admins may change this."
+
+    def has_permission(self, request, view) -> bool:
+        if request.method in SAFE_METHODS:
+            return is_platform_user(request.user)
+        return is_platform_admin(request.user)
+
+
+class ReadsEverythingOrAdmin(BasePermission):
+    """Platform-wide data: admins and auditors read, admins write."""
+
+    message = "Only platform admins and auditors may see this."
+
+    def has_permission(self, request, view) -> bool:
+        if request.method in SAFE_METHODS:
+            return reads_everything(request.user)
+        return is_platform_admin(request.user)

@@ -1,0 +1,261 @@
+"""Starts the whole platform (``run``) or the test suite (``test``) inside the virtualenv.
+
+``run``: embedded PostgreSQL/Redis when ``DATABASE_URL``/``REDIS_URL`` are unset, migrations, demo
+data, then the console, the gateway, a Celery worker, Celery beat and a local Ray head, each with
+prefixed logs. Ctrl-C stops everything it started.
+
+``test``: the same embedded services when the variables are unset, then pytest; pytest's
+"no tests collected" exit counts as a failure.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from governor.embedded import EmbeddedPostgres, EmbeddedRedis, port_open
+
+ROOT = Path(__file__).resolve().parent.parent
+VAR = Path(os.environ.get("GOVERNOR_VAR_DIR", ROOT / "var"))
+PY = sys.executable
+BIN = Path(PY).parent
+COLORS = itertools.cycle(["36", "33", "35", "32", "34", "31", "96", "93"])
+
+
+@dataclass
+class Child:
+    """One long-running process with a log prefix."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen | None = None
+
+
+def _log(prefix: str, message: str, color: str = "1") -> None:
+    sys.stdout.write(f"\033[{color}m{prefix:>8} |\033[0m {message}\n")
+    sys.stdout.flush()
+
+
+def _pump(child: Child, color: str) -> None:
+    assert child.process and child.process.stdout
+    for raw in child.process.stdout:
+        _log(child.name, raw.rstrip("\n"), color)
+    _log(child.name, f"exited with code {child.process.wait()}", color)
+
+
+class Services:
+    """The embedded PostgreSQL/Redis this launcher started, if any, and the URLs to use."""
+
+    def __init__(self, *, database: str) -> None:
+        self.pg: EmbeddedPostgres | None = None
+        self.redis: EmbeddedRedis | None = None
+        self.database_url = os.environ.get("DATABASE_URL", "")
+        self.redis_url = os.environ.get("REDIS_URL", "")
+        self.database = database
+
+    def start(self) -> None:
+        if not self.database_url:
+            self.pg = EmbeddedPostgres(
+                VAR / "postgres", port=int(os.environ.get("GOVERNOR_PG_PORT", "54329"))
+            )
+            _log(
+                "setup",
+                f"starting embedded PostgreSQL on 127.0.0.1:{self.pg.port} (data in {self.pg.data_dir})",
+            )
+            self.pg.start()
+            self.pg.create_database(self.database)
+            self.database_url = self.pg.url(self.database)
+        if not self.redis_url:
+            self.redis = EmbeddedRedis(VAR / "redis", port=int(os.environ.get("GOVERNOR_REDIS_PORT", "6399")))
+            _log("setup", f"starting embedded Redis on 127.0.0.1:{self.redis.port}")
+            self.redis.start()
+            self.redis_url = self.redis.url
+        VAR.mkdir(parents=True, exist_ok=True)
+        (VAR / "governor.env").write_text(f"DATABASE_URL={self.database_url}\nREDIS_URL={self.redis_url}\n")
+
+    def stop(self) -> None:
+        if self.redis:
+            self.redis.stop()
+        if self.pg:
+            self.pg.stop()
+
+
+def _base_env(services: Services, *, debug: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=services.database_url,
+        REDIS_URL=services.redis_url,
+        DJANGO_SETTINGS_MODULE="governor.settings",
+        PYTHONUNBUFFERED="1",
+        GOVERNOR_VAR_DIR=str(VAR),
+    )
+    if debug:
+        env.setdefault("DEBUG", "1")
+    env.setdefault("RAY_ADDRESS", "127.0.0.1:6390")
+    env.setdefault("RAY_DASHBOARD_URL", "http://127.0.0.1:8265")
+    env.setdefault("RAY_SERVE_URL", "http://127.0.0.1:8100")
+    return env
+
+
+def _manage(env: dict[str, str], *args: str) -> None:
+    subprocess.run([PY, str(ROOT / "manage.py"), *args], check=True, env=env, cwd=ROOT)
+
+
+def _ray_head_child(env: dict[str, str]) -> Child | None:
+    """A local Ray head on loopback with its own ports, unless RAY_ADDRESS points elsewhere."""
+    if os.environ.get("GOVERNOR_START_RAY", "1") != "1":
+        return None
+    host, _, port = env["RAY_ADDRESS"].partition(":")
+    if host not in ("127.0.0.1", "localhost") or port_open(host, int(port or 6390)):
+        _log("setup", f"using the Ray cluster at {env['RAY_ADDRESS']}")
+        return None
+    temp_dir = Path(os.environ.get("GOVERNOR_RAY_TEMP_DIR", f"/tmp/governor-ray-{os.getuid()}"))
+    return Child(
+        "ray",
+        [
+            str(BIN / "ray"),
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--port",
+            port or "6390",
+            "--dashboard-host",
+            "127.0.0.1",
+            "--dashboard-port",
+            env["RAY_DASHBOARD_URL"].rsplit(":", 1)[-1],
+            "--num-cpus",
+            os.environ.get("GOVERNOR_RAY_NUM_CPUS", "8"),
+            "--object-store-memory",
+            os.environ.get("GOVERNOR_RAY_OBJECT_STORE_BYTES", "300000000"),
+            "--temp-dir",
+            str(temp_dir),
+            "--disable-usage-stats",
+        ],
+    )
+
+
+def run(argv: list[str]) -> int:
+    services = Services(database=os.environ.get("GOVERNOR_DB_NAME", "governor"))
+    services.start()
+    env = _base_env(services, debug=True)
+    _log("setup", "applying migrations")
+    _manage(env, "migrate", "--no-input")
+    if "--no-demo" not in argv:
+        _manage(env, "seed_demo")
+    web_port = os.environ.get("GOVERNOR_WEB_PORT", "8000")
+    gateway_port = os.environ.get("GOVERNOR_GATEWAY_PORT", "8080")
+    children = [
+        Child(
+            "web",
+            [PY, "-m", "uvicorn", "governor.asgi:application", "--host", "127.0.0.1", "--port", web_port],
+        ),
+        Child("worker", [str(BIN / "celery"), "-A", "workers", "worker", "-l", "INFO", "--concurrency", "2"]),
+        Child(
+            "beat",
+            [
+                str(BIN / "celery"),
+                "-A",
+                "workers",
+                "beat",
+                "-l",
+                "INFO",
+                "--schedule",
+                str(VAR / "celerybeat-schedule"),
+            ],
+        ),
+    ]
+    if (ROOT / "gateway" / "__main__.py").exists():
+        children.append(
+            Child("gateway", [PY, "-m", "gateway", "--host", "127.0.0.1", "--port", gateway_port])
+        )
+    ray = _ray_head_child(env)
+    if ray:
+        children.insert(0, ray)
+    for child in children:
+        child.process = subprocess.Popen(
+            child.argv,
+            cwd=ROOT,
+            env={**env, **child.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        threading.Thread(target=_pump, args=(child, next(COLORS)), daemon=True).start()
+    _log("setup", f"console  http://127.0.0.1:{web_port}/   (API docs /api/docs/)")
+    _log("setup", f"gateway  http://127.0.0.1:{gateway_port}/v1")
+    _log("setup", "Ctrl-C stops everything")
+
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        while not stopping.is_set():
+            if any(c.process.poll() is not None for c in children if c.name in ("web", "worker")):
+                _log("setup", "a core process exited; stopping", "31")
+                break
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _log("setup", "stopping")
+        for child in reversed(children):
+            if child.process and child.process.poll() is None:
+                os.killpg(child.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for child in children:
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                child.process.wait(remaining)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.process.pid, signal.SIGKILL)
+        services.stop()
+    return 0
+
+
+def test(argv: list[str]) -> int:
+    services = Services(database=os.environ.get("GOVERNOR_TEST_DB_NAME", "governor"))
+    services.start()
+    env = _base_env(services, debug=False)
+    env.setdefault("SECRET_KEY", "governor-test-secret-key-not-for-production")
+    if shutil.which("chromium") is None and not Path("/usr/bin/chromium").exists():
+        _log(
+            "setup",
+            "Debian's chromium is not installed: browser tests will be skipped (apt-get install chromium)",
+            "33",
+        )
+    try:
+        code = subprocess.run([PY, "-m", "pytest", *argv], cwd=ROOT, env=env).returncode
+    finally:
+        services.stop()
+    if code == 5:
+        _log("setup", "pytest collected no tests: counting that as a failure", "31")
+        return 1
+    return code
+
+
+def shell(argv: list[str]) -> int:
+    services = Services(database=os.environ.get("GOVERNOR_DB_NAME", "governor"))
+    services.start()
+    env = _base_env(services, debug=True)
+    return subprocess.run([PY, str(ROOT / "manage.py"), *(argv or ["shell"])], cwd=ROOT, env=env).returncode
+
+
+def main() -> None:
+    command, *argv = sys.argv[1:] or ["run"]
+    handler = {"run": run, "test": test, "shell": shell}[command]
+    sys.exit(handler(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""Shared fixtures: one user per role, logged-in clients, and real worker processes.
+
+Roles (see governor.access): ``admin_user`` (platform admin), ``auditor_user``, ``member_user``
+(member of ``tenant``), ``tenant_admin_user`` (admin of ``tenant``) and ``outsider_user`` (member of
+``other_tenant`` only). ``norole_user`` is signed in but holds no role at all.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Group
+
+from governor.access import AUDITOR_GROUP
+from tests.factories import MembershipFactory, TenantFactory, UserFactory
+
+ROOT = Path(__file__).resolve().parent.parent
+# This run's tasks go to a queue only its own worker consumes, so a platform running on the same
+# Redis never takes them (and never runs them against the wrong database).
+TEST_QUEUE = f"governor-test-{os.getpid()}"
+
+
+@pytest.fixture
+def tenant(db):
+    return TenantFactory(name="Acme Search", slug="acme")
+
+
+@pytest.fixture
+def other_tenant(db):
+    return TenantFactory(name="Globex Support", slug="globex")
+
+
+@pytest.fixture
+def admin_user(db):
+    return UserFactory(username="admin", is_superuser=True, is_staff=True)
+
+
+@pytest.fixture
+def auditor_user(db):
+    user = UserFactory(username="auditor")
+    user.groups.add(Group.objects.get_or_create(name=AUDITOR_GROUP)[0])
+    return user
+
+
+@pytest.fixture
+def member_user(tenant):
+    user = UserFactory(username="member")
+    MembershipFactory(user=user, tenant=tenant, role="member")
+    return user
+
+
+@pytest.fixture
+def tenant_admin_user(tenant):
+    user = UserFactory(username="tenantadmin")
+    MembershipFactory(user=user, tenant=tenant, role="admin")
+    return user
+
+
+@pytest.fixture
+def outsider_user(other_tenant):
+    user = UserFactory(username="outsider")
+    MembershipFactory(user=user, tenant=other_tenant, role="member")
+    return user
+
+
+@pytest.fixture
+def norole_user(db):
+    return UserFactory(username="norole")
+
+
+def _client_for(client_factory, user):
+    from django.test import Client
+
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+@pytest.fixture
+def admin_client(admin_user):
+    return _client_for(None, admin_user)
+
+
+@pytest.fixture
+def auditor_client(auditor_user):
+    return _client_for(None, auditor_user)
+
+
+@pytest.fixture
+def member_client(member_user):
+    return _client_for(None, member_user)
+
+
+@pytest.fixture
+def tenant_admin_client(tenant_admin_user):
+    return _client_for(None, tenant_admin_user)
+
+
+@pytest.fixture
+def outsider_client(outsider_user):
+    return _client_for(None, outsider_user)
+
+
+@pytest.fixture
+def norole_client(norole_user):
+    return _client_for(None, norole_user)
+
+
+@pytest.fixture
+def anon_client():
+    from django.test import Client
+
+    return Client()
+
+
+@pytest.fixture
+def role_clients(admin_client, auditor_client, member_client, outsider_client, anon_client):
+    """All roles at once, for tests that walk a view through every role."""
+    return {
+        "admin": admin_client,
+        "auditor": auditor_client,
+        "member": member_client,
+        "outsider": outsider_client,
+        "anon": anon_client,
+    }
+
+
+def test_database_url() -> str:
+    """The URL of pytest-django's test database, for processes the tests start."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
+    return f"postgresql://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """Environment for a child process that must see the test database and Redis."""
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=test_database_url(), PYTHONUNBUFFERED="1", DJANGO_SETTINGS_MODULE="governor.settings"
+    )
+    env.setdefault("SECRET_KEY", "governor-test-secret-key-not-for-production")
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup, django_db_blocker, tmp_path_factory):
+    """A real Celery worker process consuming from Redis against the test database.
+
+    Tests that use it must also use ``transactional_db`` so the rows they write are committed and
+    visible to the worker.
+    """
+    log_path = tmp_path_factory.mktemp("celery") / "worker.log"
+    with django_db_blocker.unblock():
+        env = subprocess_env()
+    from workers.celery import app
+
+    queue = TEST_QUEUE
+    app.conf.task_default_queue = queue
+    env["CELERY_TASK_DEFAULT_QUEUE"] = queue
+    log = open(log_path, "w")  # noqa: SIM115 - closed in teardown
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers",
+            "worker",
+            "-l",
+            "INFO",
+            "--concurrency",
+            "2",
+            "-Q",
+            queue,
+            "-n",
+            f"test-{os.getpid()}@%h",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if "ready." in log_path.read_text():
+            break
+        if process.poll() is not None:
+            raise RuntimeError(f"celery worker exited early:\n{log_path.read_text()}")
+        time.sleep(0.3)
+    else:
+        process.kill()
+        raise RuntimeError(f"celery worker not ready in 60 s:\n{log_path.read_text()}")
+    yield {"process": process, "queue": queue, "log": log_path}
+    process.terminate()
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    log.close()

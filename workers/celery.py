@@ -1,0 +1,20 @@
+"""The Celery application. Broker and result backend are Redis (``REDIS_URL``).
+
+Tasks live in each app's ``tasks.py`` (discovered automatically) and in ``workers.tasks`` for
+platform-wide ones. The beat schedule is collected here so there is one place to read it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governor.settings")
+
+app = Celery("governor")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["workers", "catalog", "billing", "deployments", "evaluations"])
+
+# Periodic work. Entries are added by the apps that own the work (see each tasks.py docstring).
+app.conf.beat_schedule = {}
