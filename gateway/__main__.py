@@ -1,0 +1,51 @@
+"""``python -m gateway --host 127.0.0.1 --port 8080 [--workers N]``: run the gateway under uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway", description="Governor's OpenAI-compatible gateway"
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing the port (SO_REUSEPORT)")
+    parser.add_argument("--log-level", default="warning")
+    parser.add_argument(
+        "--access-log", action="store_true", help="uvicorn access log (costs CPU per request)"
+    )
+    args = parser.parse_args(argv)
+
+    if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Each worker writes its metrics to files here; /metrics sums them.
+        d = tempfile.mkdtemp(prefix="gateway-prom-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = d
+    elif os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        d = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d, exist_ok=True)
+
+    import uvicorn
+
+    uvicorn.run(
+        "gateway.app:app",
+        host=args.host,
+        port=args.port,
+        workers=args.workers if args.workers > 1 else None,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        log_level=args.log_level,
+        access_log=args.access_log,
+        timeout_keep_alive=30,
+        backlog=4096,
+    )
+
+
+if __name__ == "__main__":
+    main()

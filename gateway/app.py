@@ -1,0 +1,926 @@
+"""The gateway: a raw ASGI app in front of the deployments (no framework in the hot path).
+
+Per request: authenticate the key against the in-memory snapshot, validate, admit (rate limits +
+budget hold in one Redis script), pick a deployment, forward, stream bytes back, then make the
+usage event durable in the spool and settle the hold *before* the final chunk goes out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import socket
+import time
+import uuid
+
+import aiohttp
+import orjson
+import redis.asyncio as aioredis
+
+from gateway import metrics as m
+from gateway.config import GatewayConfig, load_config
+from gateway.limits import REASONS, Limiter
+from gateway.router import Router
+from gateway.snapshot import ALERTS_LIST, KeyInfo, SnapshotHolder, Target, TenantInfo, period_key
+from gateway.spool import Shipper, SpoolWriter
+from gateway.validation import BadRequest, estimate_prompt_tokens, validate
+
+log = logging.getLogger("gateway")
+
+JSON_CT = (b"content-type", b"application/json")
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+DONE = b"data: [DONE]\n\n"
+CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, ConnectionError)
+
+
+def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
+
+
+async def send_json(send, status: int, body: bytes, headers: list | None = None) -> None:
+    h = [JSON_CT, (b"content-length", str(len(body)).encode())]
+    if headers:
+        h.extend(headers)
+    await send({"type": "http.response.start", "status": status, "headers": h})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(
+    send,
+    status: int,
+    message: str,
+    type_: str,
+    code: str | None = None,
+    param: str | None = None,
+    headers: list | None = None,
+    reason: str | None = None,
+) -> None:
+    if reason:
+        m.child(m.REJECTIONS, reason).inc()
+    await send_json(send, status, error_body(message, type_, code, param), headers)
+
+
+class _Period:
+    """Caches the current budget period key per period kind until it ends."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[str, float]] = {}
+
+    def get(self, period: str, now: float) -> tuple[str, float]:
+        c = self._cache.get(period)
+        if c is None or now >= c[1]:
+            c = self._cache[period] = period_key(period, now)
+        return c
+
+
+class Gateway:
+    """Process-wide state and the ASGI entry point."""
+
+    def __init__(self, config: GatewayConfig | None = None) -> None:
+        self.config = config
+        self.redis = None
+        self.limiter: Limiter | None = None
+        self.snapshots: SnapshotHolder | None = None
+        self.router: Router | None = None
+        self.spool: SpoolWriter | None = None
+        self.shipper: Shipper | None = None
+        self.http: aiohttp.ClientSession | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._periods = _Period()
+        self._name = f"{socket.gethostname()}:{os.getpid()}"
+        self._key_cache: dict[bytes, tuple[str, KeyInfo | None, int]] = {}
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def startup(self) -> None:
+        cfg = self.config = self.config or load_config()
+        self._name = f"{socket.gethostname()}:{os.getpid()}"
+        self.redis = aioredis.from_url(cfg.redis_url, socket_connect_timeout=3, socket_timeout=5)
+        self.limiter = Limiter(self.redis, cfg.key_prefix)
+        self.snapshots = SnapshotHolder(self.redis, cfg.key_prefix, cfg.snapshot_poll_s)
+        try:
+            await self.snapshots.refresh()
+        except Exception as exc:  # noqa: BLE001 - start anyway; the poller keeps trying
+            log.warning("could not load the config snapshot at start: %s", exc)
+        self.router = Router(cfg.eject_s)
+        self.spool = SpoolWriter(cfg.spool_dir)
+        self.spool.start()
+        self.shipper = Shipper(
+            cfg.spool_dir, cfg.database_url, interval_s=cfg.ship_interval_s, batch=cfg.ship_batch
+        )
+        self.shipper.start()
+        self.http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60),
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=cfg.upstream_connect_timeout_s, sock_read=cfg.upstream_idle_timeout_s
+            ),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        )
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self.snapshots.run_poll()),
+            loop.create_task(self.snapshots.run_subscribe()),
+        ]
+
+    async def shutdown(self) -> None:
+        if self.snapshots:
+            self.snapshots.stop()
+        for t in self._tasks:
+            t.cancel()
+        if self.spool:
+            await self.spool.close()
+        if self.shipper:
+            await asyncio.get_running_loop().run_in_executor(None, self.shipper.stop)
+        if self.http:
+            await self.http.close()
+        if self.redis:
+            await self.redis.aclose()
+
+    async def __call__(self, scope, receive, send) -> None:
+        t = scope["type"]
+        if t == "http":
+            path = scope["path"]
+            if path == "/v1/chat/completions" or path == "/v1/completions":
+                if scope["method"] != "POST":
+                    await send_error(send, 405, "use POST", "invalid_request_error", "method_not_allowed")
+                    return
+                await self.completions(
+                    scope, receive, send, "chat" if path == "/v1/chat/completions" else "text"
+                )
+            elif path == "/v1/models":
+                await self.models(scope, send)
+            elif path == "/metrics":
+                body, ct = m.render()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": [(b"content-type", ct.encode())],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+            elif path == "/healthz":
+                snap = self.snapshots.current if self.snapshots else None
+                await send_json(
+                    send,
+                    200,
+                    orjson.dumps(
+                        {
+                            "ok": True,
+                            "snapshot_version": snap.version if snap else 0,
+                            "spool_events": self.spool.events if self.spool else 0,
+                            "shipped": self.shipper.shipped if self.shipper else 0,
+                            "ship_error": self.shipper.last_error if self.shipper else None,
+                            "pid": os.getpid(),
+                        }
+                    ),
+                )
+            else:
+                await send_error(send, 404, f"no route for {path}", "invalid_request_error", "not_found")
+        elif t == "lifespan":
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    try:
+                        await self.startup()
+                    except Exception as exc:
+                        log.exception("gateway failed to start")
+                        await send({"type": "lifespan.startup.failed", "message": repr(exc)})
+                        return
+                    await send({"type": "lifespan.startup.complete"})
+                elif msg["type"] == "lifespan.shutdown":
+                    await self.shutdown()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+
+    # --- auth ---------------------------------------------------------------------------------
+
+    def _authenticate(self, headers) -> tuple[KeyInfo | None, TenantInfo | None, str | None, bytes | None]:
+        """Returns (key, tenant, error message, session header value)."""
+        auth = None
+        session = None
+        sh = self.config.session_header.encode()
+        for k, v in headers:
+            if k == b"authorization":
+                auth = v
+            elif k == sh:
+                session = v
+        if not auth:
+            return None, None, "missing API key: send 'Authorization: Bearer <key>'", session
+        snap = self.snapshots.current
+        # Hashing is cheap but the cache also skips the bytes→str work; it is per snapshot version.
+        cached = self._key_cache.get(auth)
+        if cached is None or cached[2] != snap.version:
+            token = auth[7:] if auth[:7].lower() == b"bearer " else auth
+            digest = hashlib.sha256(token.strip()).hexdigest()
+            if len(self._key_cache) > 10000:
+                self._key_cache.clear()
+            cached = self._key_cache[auth] = (digest, snap.keys.get(digest), snap.version)
+        key = cached[1]
+        if key is None:
+            return None, None, "invalid API key", session
+        if key.revoked:
+            return None, None, "this API key has been revoked", session
+        if key.expires_at is not None and time.time() >= key.expires_at:
+            return None, None, "this API key has expired", session
+        tenant = snap.tenants.get(key.tenant_id)
+        if tenant is None:
+            return None, None, "this API key's tenant is not active", session
+        return key, tenant, None, session
+
+    async def models(self, scope, send) -> None:
+        key, tenant, err, _ = self._authenticate(scope["headers"])
+        if err:
+            await send_error(send, 401, err, "invalid_request_error", "invalid_api_key", reason="auth")
+            return
+        snap = self.snapshots.current
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "governor"}
+            for name, r in sorted(snap.routes.items())
+            if r.targets and (key.models is None or name in key.models)
+        ]
+        await send_json(send, 200, orjson.dumps({"object": "list", "data": data}))
+
+    # --- completions --------------------------------------------------------------------------
+
+    async def _read_body(self, scope, receive) -> bytes | None:
+        limit = self.config.max_body_bytes
+        for k, v in scope["headers"]:
+            if k == b"content-length":
+                try:
+                    if int(v) > limit:
+                        return None
+                except ValueError:
+                    return None
+                break
+        msg = await receive()
+        body = msg.get("body", b"")
+        if not msg.get("more_body"):
+            return body
+        parts = [body]
+        size = len(body)
+        while msg.get("more_body"):
+            msg = await receive()
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return None
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def completions(self, scope, receive, send, kind: str) -> None:
+        t0 = time.perf_counter()
+        started_at = time.time()
+        cfg = self.config
+        key, tenant, err, session = self._authenticate(scope["headers"])
+        body_raw = await self._read_body(scope, receive)
+        if body_raw is None:
+            await send_error(
+                send,
+                413,
+                f"request body larger than {cfg.max_body_bytes} bytes",
+                "invalid_request_error",
+                "body_too_large",
+                reason="body_too_large",
+            )
+            return
+        if err:
+            await send_error(send, 401, err, "invalid_request_error", "invalid_api_key", reason="auth")
+            return
+        try:
+            body = orjson.loads(body_raw)
+        except orjson.JSONDecodeError:
+            await send_error(
+                send,
+                400,
+                "could not parse the request body as JSON",
+                "invalid_request_error",
+                "invalid_json",
+                reason="bad_request",
+            )
+            return
+        try:
+            model, stream, max_tokens, n, wants_usage = validate(
+                kind, body, absurd_max_tokens=cfg.absurd_max_tokens
+            )
+            prompt_est = estimate_prompt_tokens(kind, body)
+        except BadRequest as exc:
+            await send_error(
+                send,
+                exc.status,
+                exc.message,
+                "invalid_request_error",
+                exc.code or "invalid_value",
+                exc.param,
+                reason="bad_request",
+            )
+            return
+        snap = self.snapshots.current
+        route = snap.routes.get(model)
+        if route is None or not route.targets:
+            await send_error(
+                send,
+                404,
+                f"the model '{model}' does not exist",
+                "invalid_request_error",
+                "model_not_found",
+                "model",
+                reason="unknown_model",
+            )
+            return
+        if key.models is not None and model not in key.models:
+            await send_error(
+                send,
+                403,
+                f"this API key may not use the model '{model}'",
+                "permission_error",
+                "model_not_allowed",
+                "model",
+                reason="model_not_allowed",
+            )
+            return
+        if tenant.max_input_tokens and prompt_est > tenant.max_input_tokens:
+            await send_error(
+                send,
+                400,
+                f"the prompt is about {prompt_est} tokens; this tenant may send at most {tenant.max_input_tokens}",
+                "invalid_request_error",
+                "input_tokens_over_limit",
+                "messages" if kind == "chat" else "prompt",
+                reason="admission_input",
+            )
+            return
+        if max_tokens is not None and tenant.max_output_tokens and max_tokens > tenant.max_output_tokens:
+            await send_error(
+                send,
+                400,
+                f"max_tokens={max_tokens} is over this tenant's limit of {tenant.max_output_tokens}",
+                "invalid_request_error",
+                "max_tokens_over_limit",
+                "max_tokens",
+                reason="admission_output",
+            )
+            return
+        if max_tokens is None:
+            # The worst case must be bounded to hold budget for it, so the gateway always sets one.
+            max_tokens = min(tenant.max_output_tokens or cfg.default_max_tokens, cfg.default_max_tokens)
+            body["max_tokens"] = max_tokens
+        candidates = self.router.candidates(route, prompt_est)
+        if not candidates:
+            await send_error(
+                send,
+                503,
+                f"no running deployment serves '{model}' right now",
+                "service_unavailable",
+                "no_deployment",
+                reason="no_deployment",
+            )
+            return
+
+        # --- admission: limits and budget hold in one atomic step --------------------------
+        price = snap.prices.get(model)
+        in_p = price.input_nanos if price else 0
+        out_p = price.output_nanos if price else 0
+        tokens_est = prompt_est + max_tokens * n
+        hold = prompt_est * in_p + max_tokens * n * out_p
+        budget = tenant.budget
+        now = started_at
+        pkey = ""
+        seed = 0
+        ttl = 0
+        cap = -1
+        if budget is not None:
+            pkey, pend = self._periods.get(budget.period, now)
+            seed = budget.spent_nanos if budget.spent_period_key == pkey else 0
+            ttl = int(pend - now) + 7 * 86400
+            if budget.hard_cap_nanos is not None:
+                cap = budget.hard_cap_nanos
+        if cap < 0:
+            hold = 0
+        limited = key.rpm or key.tpm or tenant.rpm or tenant.tpm
+        rl_headers: list = []
+        if limited or cap >= 0:
+            try:
+                adm = await self.limiter.admit(
+                    key_id=key.id,
+                    tenant_id=tenant.id,
+                    key_rpm=key.rpm,
+                    key_tpm=key.tpm,
+                    tenant_rpm=tenant.rpm,
+                    tenant_tpm=tenant.tpm,
+                    tokens=tokens_est,
+                    hold_nanos=hold,
+                    cap_nanos=cap,
+                    seed_spent_nanos=seed,
+                    period_key=pkey or "none",
+                    budget_ttl_s=ttl or 60,
+                )
+            except Exception as exc:  # noqa: BLE001 - fail closed: limits and budgets cannot be checked
+                log.warning("admission failed (Redis): %s", exc)
+                await send_error(
+                    send,
+                    503,
+                    "the gateway cannot check limits right now; retry shortly",
+                    "service_unavailable",
+                    "limits_unavailable",
+                    reason="redis_unavailable",
+                )
+                return
+            if not adm.admitted:
+                reason = REASONS[adm.reason]
+                if reason == "budget_exceeded":
+                    await send_error(
+                        send,
+                        429,
+                        "this tenant's budget for the period is spent (hard cap reached)",
+                        "insufficient_quota",
+                        "budget_exceeded",
+                        headers=[(b"x-should-retry", b"false")],
+                        reason="budget_exceeded",
+                    )
+                    return
+                retry_s = max(1, -(-adm.retry_ms // 1000))
+                which = "requests" if reason.endswith("requests") else "tokens"
+                scope_ = "API key" if reason.startswith("key") else "tenant"
+                await send_error(
+                    send,
+                    429,
+                    f"rate limit reached for {which} per minute on this {scope_} (limit {adm.limit_or_reset_ms}); "
+                    f"retry after {retry_s}s",
+                    "rate_limit_error",
+                    "rate_limit_exceeded",
+                    headers=[
+                        (b"retry-after", str(retry_s).encode()),
+                        (b"retry-after-ms", str(adm.retry_ms).encode()),
+                        (f"x-ratelimit-limit-{which}".encode(), str(adm.limit_or_reset_ms).encode()),
+                        (f"x-ratelimit-remaining-{which}".encode(), b"0"),
+                        (f"x-ratelimit-reset-{which}".encode(), f"{adm.retry_ms / 1000:.3f}s".encode()),
+                    ],
+                    reason=reason,
+                )
+                return
+            if limited:
+                reset = f"{adm.limit_or_reset_ms / 1000:.3f}s".encode()
+                rpm = min(x for x in (key.rpm, tenant.rpm, 1 << 62) if x)
+                tpm = min(x for x in (key.tpm, tenant.tpm, 1 << 62) if x)
+                if adm.remaining_requests >= 0:
+                    rl_headers += [
+                        (b"x-ratelimit-limit-requests", str(rpm).encode()),
+                        (b"x-ratelimit-remaining-requests", str(adm.remaining_requests).encode()),
+                        (b"x-ratelimit-reset-requests", reset),
+                    ]
+                if adm.remaining_tokens >= 0:
+                    rl_headers += [
+                        (b"x-ratelimit-limit-tokens", str(tpm).encode()),
+                        (b"x-ratelimit-remaining-tokens", str(adm.remaining_tokens).encode()),
+                        (b"x-ratelimit-reset-tokens", reset),
+                    ]
+
+        # --- forward ----------------------------------------------------------------------
+        ctx = _Request(
+            gw=self,
+            kind=kind,
+            model=model,
+            key=key,
+            tenant=tenant,
+            stream=stream,
+            wants_usage=wants_usage,
+            prompt_est=prompt_est,
+            tokens_est=tokens_est,
+            hold=hold,
+            cap=cap,
+            in_p=in_p,
+            out_p=out_p,
+            price_id=price.price_id if price else None,
+            pkey=pkey,
+            seed=seed,
+            ttl=ttl,
+            limited=bool(limited),
+            t0=t0,
+            started_at=started_at,
+        )
+        sticky = body.get("user") or (session.decode("latin-1") if session else None)
+        if stream:
+            so = body.get("stream_options")
+            body["stream_options"] = (
+                {**so, "include_usage": True} if isinstance(so, dict) else {"include_usage": True}
+            )
+        m.IN_FLIGHT.inc()
+        try:
+            await ctx.forward(send, receive, body, candidates, sticky, rl_headers)
+        finally:
+            m.IN_FLIGHT.dec()
+
+
+class _Request:
+    """One admitted request: forwarding, metering and settling."""
+
+    __slots__ = (
+        "gw",
+        "kind",
+        "model",
+        "key",
+        "tenant",
+        "stream",
+        "wants_usage",
+        "prompt_est",
+        "tokens_est",
+        "hold",
+        "cap",
+        "in_p",
+        "out_p",
+        "price_id",
+        "pkey",
+        "seed",
+        "ttl",
+        "limited",
+        "t0",
+        "started_at",
+        "event_id",
+        "target",
+        "ttft",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "usage_estimated",
+        "status",
+        "error_type",
+        "http_status",
+        "settled",
+    )
+
+    def __init__(self, **kw) -> None:
+        for k, v in kw.items():
+            setattr(self, k, v)
+        self.event_id = uuid.uuid4()
+        self.target: Target | None = None
+        self.ttft = None
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.cached_tokens = 0
+        self.usage_estimated = False
+        self.status = "ok"
+        self.error_type = ""
+        self.http_status = 200
+        self.settled = False
+
+    def _headers(self, rl_headers: list) -> list:
+        return [(b"x-request-id", self.event_id.hex.encode()), *rl_headers]
+
+    async def forward(self, send, receive, body: dict, candidates: list[Target], sticky, rl_headers) -> None:
+        gw = self.gw
+        tried: set[int] = set()
+        resp = None
+        last_exc: Exception | None = None
+        # Retry once on another deployment when the connection fails before any answer.
+        for _attempt in range(2):
+            target = gw.router.pick(candidates, sticky, tried)
+            if target is None:
+                break
+            tried.add(target.deployment_id)
+            self.target = target
+            body["model"] = target.engine_model
+            url = target.chat_url if self.kind == "chat" else target.completions_url
+            try:
+                resp = await gw.http.post(
+                    url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}
+                )
+                break
+            except (TimeoutError, *CONNECT_ERRORS) as exc:
+                gw.router.mark_failed(target)
+                m.child(m.ERRORS, "upstream_connect").inc()
+                last_exc = exc
+                resp = None
+        if resp is None:
+            self.status, self.error_type, self.http_status = "error", "upstream_unavailable", 502
+            await self._finish_without_output()
+            await send_json(
+                send,
+                502,
+                error_body(
+                    f"no deployment of '{self.model}' could be reached ({type(last_exc).__name__})",
+                    "upstream_error",
+                    "upstream_unavailable",
+                ),
+                self._headers(rl_headers),
+            )
+            m.child(m.REQUESTS, self.model, "502").inc()
+            return
+        try:
+            if resp.status != 200:
+                await self._upstream_error(resp, send, rl_headers)
+            elif self.stream:
+                await self._stream(resp, send, receive, rl_headers)
+            else:
+                await self._unary(resp, send, rl_headers)
+        finally:
+            resp.release()
+            if not self.settled:
+                # Cancelled mid-way (server shutdown, client gone at the wrong moment): release the hold.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._settle())
+
+    def _cost(self) -> int:
+        return self.prompt_tokens * self.in_p + self.completion_tokens * self.out_p
+
+    async def _settle(self) -> None:
+        """Release the hold and book the real cost/tokens in Redis."""
+        if self.settled:
+            return
+        self.settled = True
+        t = self.tenant
+        b = t.budget
+        if not (self.limited or b is not None):
+            return
+        before, after = await self.gw.limiter.settle(
+            key_id=self.key.id,
+            tenant_id=t.id,
+            token_delta=(self.prompt_tokens + self.completion_tokens) - self.tokens_est,
+            key_tpm_active=bool(self.key.tpm),
+            tenant_tpm_active=bool(t.tpm),
+            budget_active=b is not None,
+            hold_nanos=self.hold,
+            cost_nanos=self._cost(),
+            seed_spent_nanos=self.seed,
+            period_key=self.pkey or "none",
+            budget_ttl_s=self.ttl or 60,
+        )
+        if b is not None and b.amount_nanos:
+            for pct in b.soft_percents:
+                thr = b.amount_nanos * pct // 100
+                if before < thr <= after:
+                    alert = {
+                        "tenant_id": t.id,
+                        "period_key": self.pkey,
+                        "percent": pct,
+                        "spent_nanos": after,
+                        "at": time.time(),
+                    }
+                    await self.gw.redis.rpush(self.gw.config.key_prefix + ALERTS_LIST, orjson.dumps(alert))
+
+    def _event(self, finished_at: float, e2e: float) -> dict:
+        tg = self.target
+        tpot = None
+        if self.ttft is not None and self.completion_tokens > 1:
+            tpot = (e2e - self.ttft) / (self.completion_tokens - 1) * 1000
+        return {
+            "event_id": str(self.event_id),
+            "tenant_id": self.tenant.id,
+            "api_key_id": self.key.id,
+            "public_model": self.model,
+            "deployment_id": tg.deployment_id if tg else None,
+            "deployment_slug": tg.slug if tg else "",
+            "version_id": tg.version_id if tg else None,
+            "price_id": self.price_id,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cached_tokens": self.cached_tokens,
+            "cost_nanos": self._cost(),
+            "ttft_ms": None if self.ttft is None else self.ttft * 1000,
+            "tpot_ms": tpot,
+            "e2e_ms": e2e * 1000,
+            "status": self.status,
+            "error_type": self.error_type,
+            "http_status": self.http_status,
+            "stream": self.stream,
+            "usage_estimated": self.usage_estimated,
+            "started_at": self.started_at,
+            "finished_at": finished_at,
+            "gateway": self.gw._name,
+        }
+
+    async def _commit(self) -> None:
+        """Make the usage event durable and settle the hold, together, before the final bytes go out."""
+        e2e = time.perf_counter() - self.t0
+        fut = self.gw.spool.append(self._event(time.time(), e2e))
+        try:
+            await self._settle()
+        except Exception as exc:  # noqa: BLE001 - the event is what bills; Redis drift heals from Postgres
+            log.warning("settle failed: %s", exc)
+        await fut
+        tg = self.target
+        if tg is not None and self.status == "ok":
+            dep = tg.slug
+            if self.ttft is not None:
+                m.child(m.TTFT, self.model, dep).observe(self.ttft)
+                if self.completion_tokens > 1:
+                    m.child(m.TPOT, self.model, dep).observe((e2e - self.ttft) / (self.completion_tokens - 1))
+            m.child(m.E2E, self.model, dep).observe(e2e)
+        m.child(m.TOKENS, self.model, "prompt").inc(self.prompt_tokens)
+        m.child(m.TOKENS, self.model, "completion").inc(self.completion_tokens)
+
+    async def _finish_without_output(self) -> None:
+        """Nothing was generated: book a zero-cost event and release the hold."""
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        if self.error_type:
+            m.child(m.ERRORS, self.error_type).inc()
+        await self._commit()
+
+    async def _upstream_error(self, resp, send, rl_headers) -> None:
+        data = await resp.read()
+        if resp.status >= 500:
+            self.gw.router.mark_failed(self.target)
+        self.status, self.error_type, self.http_status = "error", f"upstream_{resp.status}", resp.status
+        await self._finish_without_output()
+        try:
+            parsed = orjson.loads(data)
+            ok_shape = isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)
+        except orjson.JSONDecodeError:
+            ok_shape = False
+        if not ok_shape:
+            data = error_body(
+                data[:500].decode("utf-8", "replace") or f"upstream answered {resp.status}",
+                "upstream_error",
+                f"upstream_{resp.status}",
+            )
+        await send_json(send, resp.status, data, self._headers(rl_headers))
+        m.child(m.REQUESTS, self.model, str(resp.status)).inc()
+
+    def _rewrite(self, data: bytes) -> bytes:
+        eng = self.target.engine_model
+        if eng == self.model:
+            return data
+        a = f'"model":"{eng}"'.encode()
+        b = f'"model": "{eng}"'.encode()
+        pub = orjson.dumps(self.model)
+        return data.replace(a, b'"model":' + pub).replace(b, b'"model": ' + pub)
+
+    def _take_usage(self, usage: dict | None) -> None:
+        if isinstance(usage, dict):
+            self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            self.completion_tokens = int(usage.get("completion_tokens") or 0)
+            details = usage.get("prompt_tokens_details") or {}
+            self.cached_tokens = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+        else:
+            self.usage_estimated = True
+            self.prompt_tokens = self.prompt_est
+
+    async def _unary(self, resp, send, rl_headers) -> None:
+        try:
+            data = await resp.read()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            self.gw.router.mark_failed(self.target)
+            self.status, self.error_type, self.http_status = "error", "upstream_broken", 502
+            await self._finish_without_output()
+            await send_json(
+                send,
+                502,
+                error_body(
+                    f"the deployment failed mid-response ({type(exc).__name__})",
+                    "upstream_error",
+                    "upstream_broken",
+                ),
+                self._headers(rl_headers),
+            )
+            m.child(m.REQUESTS, self.model, "502").inc()
+            return
+        self.gw.router.mark_ok(self.target)
+        self.ttft = time.perf_counter() - self.t0
+        try:
+            parsed = orjson.loads(data)
+            usage = parsed.get("usage") if isinstance(parsed, dict) else None
+        except orjson.JSONDecodeError:
+            usage = None
+        self._take_usage(usage)
+        if usage is None:
+            self.completion_tokens = self.tokens_est - self.prompt_est  # worst case when unknown
+        await self._commit()
+        data = self._rewrite(data)
+        await send_json(send, 200, data, self._headers(rl_headers))
+        m.child(m.REQUESTS, self.model, "200").inc()
+
+    async def _stream(self, resp, send, receive, rl_headers) -> None:
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + self._headers(rl_headers)}
+        )
+        # receive() returns http.disconnect when the client goes away; we check it between chunks.
+        disc = asyncio.ensure_future(receive())
+        usage = None
+        usage_chunk: bytes | None = None
+        done = False
+        buf = b""
+        events = 0
+        broken: str | None = None
+        rewrite = self.target.engine_model != self.model
+        try:
+            async for block in resp.content.iter_any():
+                if disc.done():
+                    break
+                if buf:
+                    block = buf + block
+                cut = block.rfind(b"\n\n")
+                if cut < 0:
+                    buf = block
+                    continue
+                cut += 2
+                out = block[:cut]
+                buf = block[cut:]
+                if self.ttft is None:
+                    self.ttft = time.perf_counter() - self.t0
+                if b"[DONE]" in out or b'"usage":{' in out or b'"usage": {' in out:
+                    keep = []
+                    for ev in out.split(b"\n\n"):
+                        if not ev:
+                            continue
+                        payload = ev[5:].strip() if ev.startswith(b"data:") else b""
+                        if payload == b"[DONE]":
+                            done = True
+                            continue
+                        if payload and (b'"usage":{' in payload or b'"usage": {' in payload):
+                            try:
+                                obj = orjson.loads(payload)
+                            except orjson.JSONDecodeError:
+                                obj = None
+                            if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
+                                usage = obj["usage"]
+                                if not obj.get("choices"):
+                                    # The usage-only chunk: held back until the event is durable.
+                                    usage_chunk = ev + b"\n\n"
+                                    continue
+                        events += 1
+                        keep.append(ev + b"\n\n")
+                    out = b"".join(keep)
+                    if out:
+                        await send(
+                            {
+                                "type": "http.response.body",
+                                "body": self._rewrite(out) if rewrite else out,
+                                "more_body": True,
+                            }
+                        )
+                    if done:
+                        break
+                    continue
+                events += out.count(b"data:")
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": self._rewrite(out) if rewrite else out,
+                        "more_body": True,
+                    }
+                )
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
+            broken = type(exc).__name__
+        except asyncio.CancelledError:
+            disc.cancel()
+            raise
+        if disc.done() and not done:
+            # Client went away: stop the engine, bill what was produced, release the rest of the hold.
+            resp.close()
+            self.status, self.error_type, self.http_status = "client_disconnected", "client_disconnected", 499
+            self._take_usage(usage)
+            if usage is None:
+                self.completion_tokens = max(0, events - 1)
+            await self._commit()
+            m.child(m.ERRORS, "client_disconnected").inc()
+            m.child(m.REQUESTS, self.model, "499").inc()
+            return
+        disc.cancel()
+        if not done and broken is None and usage is None:
+            broken = "stream ended without [DONE]"
+        self._take_usage(usage)
+        if usage is None:
+            # vLLM sends one role chunk then one chunk per token; count what the client received.
+            self.completion_tokens = max(0, events - 1)
+        if broken is not None and not done:
+            resp.close()
+            self.gw.router.mark_failed(self.target)
+            self.status, self.error_type, self.http_status = "error", "upstream_stream_broken", 200
+            m.child(m.ERRORS, "upstream_stream_broken").inc()
+            await self._commit()
+            err = {
+                "error": {
+                    "message": f"the deployment's stream broke ({broken})",
+                    "type": "upstream_error",
+                    "param": None,
+                    "code": "stream_broken",
+                }
+            }
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: " + orjson.dumps(err) + b"\n\n" + DONE,
+                    "more_body": False,
+                }
+            )
+            m.child(m.REQUESTS, self.model, "stream_error").inc()
+            return
+        self.gw.router.mark_ok(self.target)
+        await self._commit()
+        tail = DONE
+        if self.wants_usage and usage_chunk is not None:
+            tail = (self._rewrite(usage_chunk) if rewrite else usage_chunk) + DONE
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        m.child(m.REQUESTS, self.model, "200").inc()
+
+
+app = Gateway()

@@ -1,0 +1,74 @@
+"""Gateway settings, read once at start from the environment.
+
+The gateway never imports Django (it must start fast and stay lean per request), so it reads the
+same variables the console does through ``governor.env``'s stdlib-only helpers, and falls back to
+the launcher's ``var/governor.env`` for the local embedded Redis/Postgres, as the console does in DEBUG.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from governor.env import env_float, env_int, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _load_local_env_file() -> None:
+    """Fill unset variables from ``var/governor.env`` (written by the launcher)."""
+    var_dir = Path(os.environ.get("GOVERNOR_VAR_DIR", str(BASE_DIR / "var")))
+    path = var_dir / "governor.env"
+    if not path.exists():
+        return
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and not key.startswith("#"):
+            os.environ.setdefault(key.strip(), value.strip())
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Everything the gateway process needs to know that is not in the published snapshot."""
+
+    redis_url: str
+    database_url: str | None
+    key_prefix: str
+    spool_dir: Path
+    max_body_bytes: int
+    default_max_tokens: int
+    absurd_max_tokens: int
+    upstream_connect_timeout_s: float
+    upstream_idle_timeout_s: float
+    eject_s: float
+    snapshot_poll_s: float
+    spool_commit_interval_s: float
+    ship_interval_s: float
+    ship_batch: int
+    session_header: str
+
+
+def load_config() -> GatewayConfig:
+    """Read the gateway's settings; missing Redis is fatal, missing Postgres only stops shipping."""
+    _load_local_env_file()
+    redis_url = env_str("GATEWAY_REDIS_URL") or env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+    var_dir = Path(env_str("GOVERNOR_VAR_DIR", str(BASE_DIR / "var")))
+    return GatewayConfig(
+        redis_url=redis_url,
+        database_url=env_str("GATEWAY_DATABASE_URL") or env_str("DATABASE_URL"),
+        key_prefix=env_str("GATEWAY_KEY_PREFIX", "gw:"),
+        spool_dir=Path(env_str("GATEWAY_SPOOL_DIR", str(var_dir / "gateway-spool"))),
+        max_body_bytes=env_int("GATEWAY_MAX_BODY_BYTES", 4 * 1024 * 1024),
+        default_max_tokens=env_int("GATEWAY_DEFAULT_MAX_TOKENS", 4096),
+        # Above this no model we serve can answer; rejecting early keeps holds meaningful.
+        absurd_max_tokens=env_int("GATEWAY_ABSURD_MAX_TOKENS", 1_000_000),
+        upstream_connect_timeout_s=env_float("GATEWAY_UPSTREAM_CONNECT_TIMEOUT_S", 5.0),
+        upstream_idle_timeout_s=env_float("GATEWAY_UPSTREAM_IDLE_TIMEOUT_S", 120.0),
+        eject_s=env_float("GATEWAY_EJECT_S", 10.0),
+        snapshot_poll_s=env_float("GATEWAY_SNAPSHOT_POLL_S", 1.0),
+        spool_commit_interval_s=env_float("GATEWAY_SPOOL_COMMIT_INTERVAL_S", 0.002),
+        ship_interval_s=env_float("GATEWAY_SHIP_INTERVAL_S", 0.5),
+        ship_batch=env_int("GATEWAY_SHIP_BATCH", 2000),
+        session_header=env_str("GATEWAY_SESSION_HEADER", "x-session-id"),
+    )

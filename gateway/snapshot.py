@@ -1,0 +1,267 @@
+"""The configuration snapshot: what the console publishes and every gateway serves from memory.
+
+Contract (JSON, built by ``billing.services_gateway.snapshot_build``)::
+
+    {"version": int, "generated_at": float,
+     "keys": {sha256_hex: {"id", "prefix", "tenant_id", "models": [..] | null,
+                           "expires_at": epoch | null, "revoked": bool, "rpm": int, "tpm": int}},
+     "tenants": {"<id>": {"slug", "rpm", "tpm", "max_input_tokens", "max_output_tokens",
+                          "budget": null | {"period": "monthly"|"weekly"|"daily", "amount_nanos",
+                                            "hard_cap_nanos": int | null, "soft_percents": [..],
+                                            "spent_period_key", "spent_nanos"}}},
+     "routes": {public_name: {"long_context_threshold": int | null,
+                              "targets": [{"deployment_id", "deployment_slug", "version_id",
+                                           "base_url", "engine_model", "weight", "pool", "status"}]}},
+     "prices": {public_name: {"price_id", "input_nanos", "output_nanos"}}}
+
+Limits of 0 mean "no limit". The console stores it under ``<prefix>snapshot`` and publishes the new
+version on the ``<prefix>snapshot`` channel; gateways also poll ``<prefix>snapshot:version``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import random
+from dataclasses import dataclass, field
+
+import orjson
+
+SNAPSHOT_KEY = "snapshot"
+VERSION_KEY = "snapshot:version"
+CHANNEL = "snapshot"
+ALERTS_LIST = "budget_alerts"
+
+
+def period_key(period: str, now: float) -> tuple[str, float]:
+    """The budget period containing ``now`` (UTC) and the epoch second it ends."""
+    d = dt.datetime.fromtimestamp(now, tz=dt.UTC)
+    if period == "daily":
+        start = d.replace(hour=0, minute=0, second=0, microsecond=0)
+        return f"d{start:%Y-%m-%d}", (start + dt.timedelta(days=1)).timestamp()
+    if period == "weekly":
+        start = (d - dt.timedelta(days=d.weekday())).replace(hour=0, minute=0, second=0, microsecond=0)
+        return f"w{start:%Y-%m-%d}", (start + dt.timedelta(days=7)).timestamp()
+    start = d.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    nxt = (start + dt.timedelta(days=32)).replace(day=1)
+    return f"m{start:%Y-%m}", nxt.timestamp()
+
+
+@dataclass(slots=True)
+class KeyInfo:
+    """One API key as the gateway sees it."""
+
+    id: int
+    prefix: str
+    tenant_id: int
+    models: frozenset[str] | None
+    expires_at: float | None
+    revoked: bool
+    rpm: int
+    tpm: int
+
+
+@dataclass(slots=True)
+class BudgetInfo:
+    """A tenant's budget for the current period."""
+
+    period: str
+    amount_nanos: int
+    hard_cap_nanos: int | None
+    soft_percents: list[int]
+    spent_period_key: str
+    spent_nanos: int
+
+
+@dataclass(slots=True)
+class TenantInfo:
+    """A tenant's limits and budget."""
+
+    id: int
+    slug: str
+    rpm: int
+    tpm: int
+    max_input_tokens: int
+    max_output_tokens: int
+    budget: BudgetInfo | None
+
+
+@dataclass(slots=True)
+class Target:
+    """One deployment behind a public model name."""
+
+    deployment_id: int
+    slug: str
+    version_id: int | None
+    base_url: str
+    engine_model: str
+    weight: float
+    pool: str
+    status: str
+    chat_url: str = ""
+    completions_url: str = ""
+
+
+@dataclass(slots=True)
+class Route:
+    """A public model name and its weighted targets, split by pool."""
+
+    name: str
+    long_context_threshold: int | None
+    targets: list[Target]
+    by_pool: dict[str, list[Target]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Price:
+    """Price in force for a public model, in nano-dollars per token."""
+
+    price_id: int | None
+    input_nanos: int
+    output_nanos: int
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Everything a gateway needs to answer a request without SQL."""
+
+    version: int
+    generated_at: float
+    keys: dict[str, KeyInfo]
+    tenants: dict[int, TenantInfo]
+    routes: dict[str, Route]
+    prices: dict[str, Price]
+
+
+def empty_snapshot() -> Snapshot:
+    return Snapshot(version=0, generated_at=0.0, keys={}, tenants={}, routes={}, prices={})
+
+
+def parse_snapshot(raw: bytes | str) -> Snapshot:
+    """Turn the published JSON into lookup-friendly objects (done once per version, not per request)."""
+    data = orjson.loads(raw)
+    keys = {
+        h: KeyInfo(
+            id=int(k["id"]),
+            prefix=k.get("prefix", ""),
+            tenant_id=int(k["tenant_id"]),
+            models=frozenset(k["models"]) if k.get("models") else None,
+            expires_at=k.get("expires_at"),
+            revoked=bool(k.get("revoked")),
+            rpm=int(k.get("rpm") or 0),
+            tpm=int(k.get("tpm") or 0),
+        )
+        for h, k in data.get("keys", {}).items()
+    }
+    tenants = {}
+    for tid, t in data.get("tenants", {}).items():
+        b = t.get("budget")
+        budget = None
+        if b:
+            budget = BudgetInfo(
+                period=b.get("period", "monthly"),
+                amount_nanos=int(b["amount_nanos"]),
+                hard_cap_nanos=None if b.get("hard_cap_nanos") is None else int(b["hard_cap_nanos"]),
+                soft_percents=[int(x) for x in b.get("soft_percents", [])],
+                spent_period_key=b.get("spent_period_key", ""),
+                spent_nanos=int(b.get("spent_nanos") or 0),
+            )
+        tenants[int(tid)] = TenantInfo(
+            id=int(tid),
+            slug=t.get("slug", ""),
+            rpm=int(t.get("rpm") or 0),
+            tpm=int(t.get("tpm") or 0),
+            max_input_tokens=int(t.get("max_input_tokens") or 0),
+            max_output_tokens=int(t.get("max_output_tokens") or 0),
+            budget=budget,
+        )
+    routes = {}
+    for name, r in data.get("routes", {}).items():
+        targets = []
+        for x in r.get("targets", []):
+            base = x["base_url"].rstrip("/")
+            targets.append(
+                Target(
+                    deployment_id=int(x["deployment_id"]),
+                    slug=x.get("deployment_slug", ""),
+                    version_id=x.get("version_id"),
+                    base_url=base,
+                    engine_model=x.get("engine_model") or name,
+                    weight=float(x.get("weight") or 0),
+                    pool=x.get("pool") or "default",
+                    status=x.get("status") or "RUNNING",
+                    chat_url=base + "/chat/completions",
+                    completions_url=base + "/completions",
+                )
+            )
+        route = Route(name=name, long_context_threshold=r.get("long_context_threshold"), targets=targets)
+        for tg in targets:
+            route.by_pool.setdefault(tg.pool, []).append(tg)
+        routes[name] = route
+    prices = {
+        name: Price(
+            price_id=p.get("price_id"), input_nanos=int(p["input_nanos"]), output_nanos=int(p["output_nanos"])
+        )
+        for name, p in data.get("prices", {}).items()
+    }
+    return Snapshot(
+        version=int(data.get("version", 0)),
+        generated_at=float(data.get("generated_at", 0)),
+        keys=keys,
+        tenants=tenants,
+        routes=routes,
+        prices=prices,
+    )
+
+
+class SnapshotHolder:
+    """Holds the current snapshot and keeps it fresh: pub/sub for speed, polling as the fallback."""
+
+    def __init__(self, redis, prefix: str, poll_s: float) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self.poll_s = poll_s
+        self.current = empty_snapshot()
+        self._stopping = False
+
+    async def refresh(self) -> bool:
+        """Load the published snapshot if its version is newer; True when it changed."""
+        version = await self.redis.get(self.prefix + VERSION_KEY)
+        if version is None or int(version) == self.current.version:
+            return False
+        raw = await self.redis.get(self.prefix + SNAPSHOT_KEY)
+        if raw is None:
+            return False
+        # Any version other than ours is newer: the console only ever writes its latest build.
+        self.current = parse_snapshot(raw)
+        return True
+
+    async def run_poll(self) -> None:
+        """Poll the version key; survives Redis outages (keeps serving the last snapshot)."""
+        import asyncio
+
+        while not self._stopping:
+            # Redis blips must not kill the loop: keep serving the last snapshot.
+            with contextlib.suppress(Exception):
+                await self.refresh()
+            # Jitter so N gateway processes do not poll in lockstep.
+            await asyncio.sleep(self.poll_s * (0.8 + 0.4 * random.random()))
+
+    async def run_subscribe(self) -> None:
+        """Apply a new snapshot as soon as the console announces it."""
+        import asyncio
+
+        while not self._stopping:
+            try:
+                pubsub = self.redis.pubsub()
+                await pubsub.subscribe(self.prefix + CHANNEL)
+                async for msg in pubsub.listen():
+                    if msg.get("type") == "message":
+                        await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001
+                await asyncio.sleep(1.0)
+
+    def stop(self) -> None:
+        self._stopping = True
