@@ -1,0 +1,316 @@
+"""Virtual-time simulation: run a workload through the scheduler and the perf model, no clock.
+
+``simulate(workload, config, seed=..., n=... or duration=...)`` samples the request schedule
+(``Workload.sample_requests``), then loops: admit the requests that have arrived by ``now``, plan a
+step (``Scheduler.schedule``), advance ``now`` by its predicted duration, apply it. When the engine is
+idle, ``now`` jumps to the next arrival. Closed-loop workloads (``fixed_concurrency(n)``) send the next
+request at the moment one finishes. The result is deterministic for a seed.
+
+Per request (exact, same definitions as ``vllm bench serve``): TTFT = first token - arrival, TPOT =
+(E2E - TTFT) / (output - 1), E2E = last token - arrival, queue time = first scheduled - arrival, the
+largest ITL gap. Pooled ITL percentiles come from the per-step durations weighted by the number of
+sequences that produced a token in that step, plus the gaps that span a preemption.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engines.perf import Efficiency
+from engines.scheduler import FINISHED, EngineConfig, Request, Scheduler
+from engines.specs import GpuSpec, ModelSpec
+from engines.workload import RequestSchedule, Workload
+
+_GROUP_SPACING = 1 << 24
+
+
+@dataclass(slots=True)
+class SimConfig:
+    """What is simulated: model, GPU group, engine arguments and (optionally) fitted efficiencies."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    tensor_parallel: int = 1
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    efficiency: Efficiency | None = None
+    sample_interval_s: float = 1.0  # time-series resolution (virtual seconds)
+
+
+@dataclass(slots=True)
+class SimResult:
+    """Per-request arrays (NaN where undefined), engine counters, time series and summaries."""
+
+    arrival_s: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    itl_max_s: np.ndarray
+    queue_s: np.ndarray
+    preemptions: np.ndarray
+    prefix_hit_tokens: np.ndarray
+    rejected: np.ndarray  # bool: longer than max_model_len
+    num_preemptions: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    prompt_tokens: int
+    generation_tokens: int
+    steps: int
+    duration_s: float
+    num_blocks: int
+    timeseries: dict[str, np.ndarray]
+    step_dur_s: np.ndarray
+    step_ndec: np.ndarray
+    resumed_gaps_s: np.ndarray
+    wall_s: float
+
+    @property
+    def completed(self) -> int:
+        return int(np.count_nonzero(~np.isnan(self.e2e_s)))
+
+    def itl_values(self) -> tuple[np.ndarray, np.ndarray]:
+        """Pooled ITL values and their weights (how many tokens saw that gap)."""
+        mask = self.step_ndec > 0
+        values = np.concatenate([self.step_dur_s[mask], self.resumed_gaps_s])
+        weights = np.concatenate([self.step_ndec[mask].astype(float), np.ones(len(self.resumed_gaps_s))])
+        return values, weights
+
+    def itl_percentile(self, q: float) -> float:
+        """Weighted percentile (``q`` in 0..100) of the pooled ITL, exact over all tokens."""
+        values, weights = self.itl_values()
+        if not len(values):
+            return float("nan")
+        order = np.argsort(values, kind="stable")
+        cum = np.cumsum(weights[order])
+        k = np.searchsorted(cum, q / 100.0 * cum[-1], side="left")
+        return float(values[order][min(k, len(values) - 1)])
+
+    def summary(self) -> dict:
+        """Run-level figures in the units the console shows (seconds, tokens/s)."""
+
+        def stats(arr: np.ndarray) -> dict:
+            a = arr[~np.isnan(arr)]
+            if not len(a):
+                return {"mean": None, "median": None, "p90": None, "p99": None}
+            return {
+                "mean": float(a.mean()),
+                "median": float(np.median(a)),
+                "p90": float(np.percentile(a, 90)),
+                "p99": float(np.percentile(a, 99)),
+            }
+
+        values, weights = self.itl_values()
+        itl_mean = float(np.average(values, weights=weights)) if len(values) else None
+        dur = self.duration_s or float("nan")
+        done = ~np.isnan(self.e2e_s)
+        return {
+            "requests": len(self.arrival_s),
+            "completed": int(done.sum()),
+            "rejected": int(self.rejected.sum()),
+            "duration_s": self.duration_s,
+            "request_throughput": float(done.sum() / dur),
+            "output_throughput": float(self.output_len[done].sum() / dur),
+            "total_token_throughput": float((self.output_len[done].sum() + self.input_len[done].sum()) / dur),
+            "ttft_s": stats(self.ttft_s),
+            "tpot_s": stats(self.tpot_s),
+            "e2e_s": stats(self.e2e_s),
+            "queue_s": stats(self.queue_s),
+            "itl_s": {
+                "mean": itl_mean,
+                "median": self.itl_percentile(50),
+                "p90": self.itl_percentile(90),
+                "p99": self.itl_percentile(99),
+            },
+            "num_preemptions": self.num_preemptions,
+            "prefix_cache_queries": self.prefix_cache_queries,
+            "prefix_cache_hits": self.prefix_cache_hits,
+            "prefix_cache_hit_rate": (
+                self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+            ),
+            "kv_usage_max": float(self.timeseries["kv_usage"].max()) if len(self.timeseries["t"]) else 0.0,
+            "steps": self.steps,
+            "num_blocks": self.num_blocks,
+            "wall_s": self.wall_s,
+        }
+
+
+def simulate(
+    workload: Workload,
+    config: SimConfig,
+    *,
+    seed: int = 0,
+    n: int | None = None,
+    duration: float | None = None,
+    schedule: RequestSchedule | None = None,
+) -> SimResult:
+    """Simulate ``n`` requests (or those arriving within ``duration`` s) of ``workload`` on ``config``.
+
+    Pass ``schedule`` to replay an already sampled schedule (``n``/``duration`` are then ignored).
+    """
+    t_wall = time.perf_counter()
+    if schedule is None:
+        if n is None and duration is None:
+            raise ValueError("give n or duration")
+        schedule = workload.sample_requests(n, duration=duration, seed=seed)
+    sched = Scheduler(
+        model=config.model,
+        gpu=config.gpu,
+        tensor_parallel=config.tensor_parallel,
+        config=config.engine,
+        efficiency=config.efficiency,
+    )
+    bs = sched.block_size
+    count = len(schedule)
+    arrivals = schedule.arrival_s.tolist()
+    inp = schedule.input_len.tolist()
+    out = schedule.output_len.tolist()
+    groups = schedule.prefix_group.tolist()
+    plens = schedule.prefix_len.tolist()
+    max_len = sched.max_model_len
+    rejected = np.zeros(count, dtype=bool)
+
+    # Shared-prefix block hashes per group: negative ints, never equal to a request's unique hashes.
+    group_hashes: dict[int, list[int]] = {}
+    if sched.prefix_caching:
+        need: dict[int, int] = {}
+        for g, p in zip(groups, plens, strict=True):
+            if g >= 0 and p // bs > need.get(g, 0):
+                need[g] = p // bs
+        for g, k in need.items():
+            base = -(g + 1) * _GROUP_SPACING
+            group_hashes[g] = [base - i for i in range(k)]
+
+    reqs: list[Request | None] = [None] * count
+
+    def make(i: int, at: float) -> Request | None:
+        p = inp[i]
+        o = out[i]
+        if p + 1 > max_len:
+            rejected[i] = True
+            return None
+        if p + o > max_len:
+            o = max_len - p  # vLLM stops at max_model_len
+        g = groups[i]
+        shared = group_hashes.get(g) if g >= 0 else None
+        req = Request(i, p, o, at, shared, plens[i] // bs if shared is not None else 0)
+        reqs[i] = req
+        return req
+
+    closed = schedule.concurrency
+    ts_t: list[float] = []
+    ts_kv: list[float] = []
+    ts_run: list[int] = []
+    ts_wait: list[int] = []
+    interval = config.sample_interval_s
+    next_sample = 0.0
+    now = 0.0
+    nxt = 0  # next request index to send
+    schedule_fn = sched.schedule
+    complete_fn = sched.complete
+    add = sched.add_request
+    if closed:
+        for _ in range(min(closed, count)):
+            r = make(nxt, 0.0)
+            if r is not None:
+                add(r)
+            nxt += 1
+    while True:
+        if not closed:
+            while nxt < count and arrivals[nxt] <= now:
+                r = make(nxt, arrivals[nxt])
+                if r is not None:
+                    add(r)
+                nxt += 1
+        plan = schedule_fn(now)
+        if plan is None:
+            if sched.running or sched.waiting:
+                raise RuntimeError("scheduler stalled with queued requests")  # pragma: no cover
+            if nxt >= count:
+                break
+            if closed:
+                # Every client's request was rejected: send the next one now.
+                r = make(nxt, now)
+                if r is not None:
+                    add(r)
+                nxt += 1
+                continue
+            now = max(now, arrivals[nxt])
+            continue
+        end = now + plan.duration
+        while end >= next_sample:
+            ts_t.append(next_sample)
+            ts_kv.append(sched.kv_usage)
+            ts_run.append(len(sched.running))
+            ts_wait.append(len(sched.waiting))
+            next_sample += interval
+        finished = complete_fn(end)
+        now = end
+        if closed and finished:
+            for _ in finished:
+                while nxt < count:
+                    r = make(nxt, now)
+                    nxt += 1
+                    if r is not None:
+                        add(r)
+                        break
+
+    # Collect per-request metrics.
+    ttft = np.full(count, np.nan)
+    tpot = np.full(count, np.nan)
+    e2e = np.full(count, np.nan)
+    itl_max = np.full(count, np.nan)
+    queue = np.full(count, np.nan)
+    pre = np.zeros(count, dtype=np.int64)
+    hits = np.zeros(count, dtype=np.int64)
+    arr_out = np.zeros(count)
+    out_len = np.zeros(count, dtype=np.int64)
+    for i, r in enumerate(reqs):
+        if r is None:
+            continue
+        arr_out[i] = r.arrival
+        if r.status != FINISHED:
+            continue  # pragma: no cover
+        ttft[i] = r.first_token - r.arrival
+        e2e[i] = r.finish_time - r.arrival
+        if r.num_output > 1:
+            tpot[i] = (e2e[i] - ttft[i]) / (r.num_output - 1)
+            itl_max[i] = r.itl_max
+        queue[i] = r.first_sched - r.arrival
+        pre[i] = r.n_preempted
+        hits[i] = r.hit_tokens
+        out_len[i] = r.num_output
+    return SimResult(
+        arrival_s=arr_out if closed else schedule.arrival_s.copy(),
+        input_len=schedule.input_len.copy(),
+        output_len=out_len,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        e2e_s=e2e,
+        itl_max_s=itl_max,
+        queue_s=queue,
+        preemptions=pre,
+        prefix_hit_tokens=hits,
+        rejected=rejected,
+        num_preemptions=sched.num_preemptions,
+        prefix_cache_queries=sched.prefix_cache_queries,
+        prefix_cache_hits=sched.prefix_cache_hits,
+        prompt_tokens=sched.prompt_tokens,
+        generation_tokens=sched.generation_tokens,
+        steps=sched.step,
+        duration_s=now,
+        num_blocks=sched.num_blocks,
+        timeseries={
+            "t": np.asarray(ts_t),
+            "kv_usage": np.asarray(ts_kv),
+            "running": np.asarray(ts_run),
+            "waiting": np.asarray(ts_wait),
+        },
+        step_dur_s=np.asarray(sched.step_dur),
+        step_ndec=np.asarray(sched.step_ndec),
+        resumed_gaps_s=np.asarray(sched.resumed_gaps),
+        wall_s=time.perf_counter() - t_wall,
+    )
