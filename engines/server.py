@@ -282,9 +282,12 @@ class LiveEngine:
         return None
 
     def ensure_started(self) -> None:
-        if self._task is None or self._task.done():
+        # Ray Serve may run the lifespan and the requests on different loops: the engine lives on
+        # the loop that serves requests.
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
             self._wake = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = loop.create_task(self._run())
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -402,9 +405,12 @@ class FixedEngine:
         return None
 
     def ensure_started(self) -> None:
-        if self._task is None or self._task.done():
+        # Ray Serve may run the lifespan and the requests on different loops: the engine lives on
+        # the loop that serves requests.
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
             self._wake = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = loop.create_task(self._run())
 
     async def stop(self) -> None:
         if self._task is not None:
