@@ -1,0 +1,192 @@
+"""The harness library against real server processes with known behaviour (no Django)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engines.workload import Workload, constant, fixed, fixed_concurrency
+from evaluations.harness import Sla, StageConfig, SweepConfig, Target, find_capacity, run_ladder, run_stage
+from evaluations.harness.metrics import summarize
+from evaluations.harness.records import RequestRecord
+from evaluations.harness.scrape import parse_prometheus
+from evaluations.harness.sweep import usd_per_million_tokens
+
+from .servers import free_port, paced_server
+
+
+def _target(url: str, **kw) -> Target:
+    return Target(base_url=url, model="paced", request_timeout_s=kw.pop("timeout", 30.0), **kw)
+
+
+def test_known_timings_are_recovered_within_tolerance():
+    with paced_server("--ttft-ms", "200", "--tpot-ms", "20") as url:
+        wl = Workload(arrival=constant(10), input=fixed(64), output=fixed(32))
+        res = run_stage(
+            target=_target(url), workload=wl, stage=StageConfig(duration_s=2.0, warmup_requests=2), sla=Sla()
+        )
+    s = res.summary
+    assert s["requests"] == 20 and s["failed"] == 0
+    assert s["ttft_ms"]["p50"] == pytest.approx(200, rel=0.05)
+    assert s["tpot_ms"]["mean"] == pytest.approx(20, rel=0.03)
+    assert s["itl_ms"]["p50"] == pytest.approx(20, rel=0.05)
+    assert s["e2e_ms"]["p50"] == pytest.approx(200 + 31 * 20, rel=0.05)
+    assert s["output_tokens"] == 20 * 32
+    assert s["input_tokens"] == 20 * 64  # usage from the server (one word = one token there)
+    assert s["schedule_delay_ms"]["median"] < 10 and not s["client_bound"]
+    # SLA TTFT <= 1 s and TPOT <= 50 ms is met by every request.
+    assert s["attainment"] == 1.0 and s["good_requests"] == 20
+    # Engine series were scraped from /metrics while the stage ran.
+    assert res.series and max(x["running"] for x in res.series) >= 1
+
+
+def test_chat_api_is_timed_the_same_way():
+    with paced_server("--ttft-ms", "100", "--tpot-ms", "10") as url:
+        wl = Workload(arrival=fixed_concurrency(4), input=fixed(16), output=fixed(16))
+        res = run_stage(
+            target=_target(url, api="chat"), workload=wl, stage=StageConfig(num_requests=8), sla=Sla()
+        )
+    assert res.summary["completed"] == 8
+    assert res.summary["tpot_ms"]["mean"] == pytest.approx(10, rel=0.05)
+
+
+def test_unreachable_endpoint_counts_connect_errors_and_completes():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    wl = Workload(arrival=constant(20), input=fixed(8), output=fixed(8))
+    res = run_stage(
+        target=_target(url, timeout=5.0), workload=wl, stage=StageConfig(num_requests=10), sla=Sla()
+    )
+    s = res.summary
+    assert s["requests"] == 10 and s["failed"] == 10
+    assert s["errors"] == {"connect_error": 10}
+    assert s["attainment"] == 0.0 and s["error_rate"] == 1.0
+    assert any("10 of 10 requests failed" in w for w in s["warnings"])
+    assert any("no engine metrics" in n for n in res.notes)
+
+
+@pytest.mark.parametrize(
+    ("fault", "error_type"),
+    [("http_400", "http_4xx"), ("http_500", "http_5xx"), ("cut", "stream_cut")],
+)
+def test_server_faults_are_counted_by_type_and_the_stage_completes(fault, error_type):
+    with paced_server("--ttft-ms", "20", "--tpot-ms", "5", "--fault", fault, "--fault-every", "3") as url:
+        wl = Workload(arrival=constant(30), input=fixed(8), output=fixed(10))
+        res = run_stage(target=_target(url), workload=wl, stage=StageConfig(num_requests=12), sla=Sla())
+    s = res.summary
+    assert s["requests"] == 12
+    assert s["errors"] == {error_type: 4}
+    assert s["completed"] == 8
+    assert s["attainment"] == pytest.approx(8 / 12)
+    assert s["error_samples"][error_type]
+
+
+def test_missing_usage_is_estimated_and_flagged():
+    with paced_server("--ttft-ms", "10", "--tpot-ms", "5", "--no-usage") as url:
+        wl = Workload(arrival=constant(20), input=fixed(8), output=fixed(6))
+        s = run_stage(target=_target(url), workload=wl, stage=StageConfig(num_requests=4), sla=Sla()).summary
+    assert s["usage_missing"] == 4 and s["output_tokens"] == 24
+    assert any("no usage" in w for w in s["warnings"])
+
+
+def test_timeout_is_its_own_error_type():
+    with paced_server("--ttft-ms", "3000", "--tpot-ms", "5") as url:
+        wl = Workload(arrival=constant(20), input=fixed(8), output=fixed(4))
+        s = run_stage(
+            target=_target(url, timeout=0.5), workload=wl, stage=StageConfig(num_requests=3), sla=Sla()
+        ).summary
+    assert s["errors"] == {"timeout": 3}
+
+
+def test_two_client_processes_merge_into_one_report():
+    with paced_server("--ttft-ms", "50", "--tpot-ms", "10") as url:
+        wl = Workload(arrival=constant(40), input=fixed(8), output=fixed(8))
+        res = run_stage(
+            target=_target(url), workload=wl, stage=StageConfig(duration_s=1.0, processes=2), sla=Sla()
+        )
+    assert res.summary["offered"]["processes"] == 2
+    assert sorted(r.index for r in res.records) == list(range(40))
+    assert res.summary["ttft_ms"]["p50"] == pytest.approx(50, rel=0.1)
+
+
+def test_concurrency_ladder_runs_every_level():
+    with paced_server("--ttft-ms", "20", "--tpot-ms", "5") as url:
+        wl = Workload(arrival=fixed_concurrency(1), input=fixed(8), output=fixed(8))
+        results = run_ladder(
+            target=_target(url), workload=wl, levels=[1, 4], stage=StageConfig(num_requests=8), sla=Sla()
+        )
+    assert [r.summary["offered"]["concurrency"] for r in results] == [1, 4]
+    # Four streams in parallel finish the same 8 requests about four times faster.
+    assert results[1].summary["duration_s"] < results[0].summary["duration_s"] / 2.5
+
+
+def test_sweep_finds_the_analytically_known_capacity():
+    # 4 service slots, each request holds one for 50 ms + 31 * 10 ms = 0.36 s: N/S = 11.1 req/s.
+    # Below it constant arrivals never queue. Above it, at rate N/S * (1 + e), request k waits about
+    # k * e / rate, so over a stage of T seconds the share waiting <= margin (the SLA's TTFT slack)
+    # is margin / (e * T): attainment falls to the 0.9 target at e = margin / (0.9 * T).
+    slots, service_s, margin_s, stage_s = 4, 0.050 + 31 * 0.010, 0.200, 3.0
+    capacity = slots / service_s * (1 + margin_s / (0.9 * stage_s))
+    with paced_server("--ttft-ms", "50", "--tpot-ms", "10", "--max-running", str(slots)) as url:
+        wl = Workload(arrival=constant(1), input=fixed(8), output=fixed(32))
+        result = find_capacity(
+            target=_target(url),
+            workload=wl,
+            stage=StageConfig(duration_s=stage_s),
+            sla=Sla(ttft_ms=50 + margin_s * 1e3, tpot_ms=30),
+            sweep=SweepConfig(start_rate=4, rel_tol=0.04, max_stages=10),
+        )
+    points = [(p["rate"], round(p["attainment"], 3)) for p in result["curve"]]
+    assert result["converged"], points
+    assert result["capacity_rate"] == pytest.approx(capacity, rel=0.08), points
+    lo, hi = result["bracket"]
+    assert lo < hi <= lo * 1.04 + 1e-9
+    rates = [p["rate"] for p in result["curve"]]
+    assert rates == sorted(rates) and len(rates) == len(result["stages"]) >= 4
+    assert result["capacity_stage"]["attainment"] >= 0.9
+
+
+def _rec(i, sent, chunks, out, err=""):
+    return RequestRecord(
+        index=i, planned_s=sent, sent_s=sent, chunk_s=chunks, prompt_tokens=10, output_tokens=out, error=err
+    )
+
+
+def test_metric_definitions_follow_domain_md():
+    recs = [
+        _rec(0, 0.0, [0.5, 0.6, 0.7, 0.8], 4),  # ttft 500, tpot 100, good under TPOT<=150
+        _rec(1, 1.0, [1.2, 1.5], 2),  # ttft 200, tpot 300: violates TPOT
+        _rec(2, 2.0, [], 0, err="http_4xx"),  # error: not good
+        _rec(3, 3.0, [3.1], 1),  # one token: no TPOT, good
+    ]
+    s = summarize(recs, sla=Sla(ttft_ms=1000, tpot_ms=150))
+    assert s["tpot_ms"]["n"] == 2 and s["tpot_ms"]["mean"] == pytest.approx(200)
+    assert s["itl_ms"]["n"] == 4  # 3 gaps + 1 gap
+    assert s["duration_s"] == pytest.approx(3.1)
+    assert s["good_requests"] == 2 and s["attainment"] == 0.5
+    assert s["request_goodput"] == pytest.approx(2 / 3.1)
+    assert s["token_goodput"] == pytest.approx(5 / 3.1)
+    assert s["total_token_goodput"] == pytest.approx(25 / 3.1)
+    assert s["output_token_throughput"] == pytest.approx(7 / 3.1)
+    late = [
+        RequestRecord(index=i, planned_s=i, sent_s=i + 0.02, chunk_s=[i + 0.1], output_tokens=1)
+        for i in range(5)
+    ]
+    s = summarize(late, sla=Sla())
+    assert s["client_bound"] and "CLIENT-BOUND" in s["warnings"][0]
+
+
+def test_prometheus_parser_sums_label_sets_and_averages_kv():
+    text = (
+        '# HELP x\nvllm:num_requests_running{model_name="a"} 3\nvllm:num_requests_running{model_name="b"} 2\n'
+        'vllm:kv_cache_usage_perc{engine="0"} 0.5\nvllm:kv_cache_usage_perc{engine="1"} 0.25\n'
+        "vllm:num_preemptions_total 7\nother_metric 1\n"
+    )
+    v = parse_prometheus(text)
+    assert v["vllm:num_requests_running"] == 5
+    assert v["vllm:kv_cache_usage_perc"] == pytest.approx(0.375)
+    assert v["vllm:num_preemptions_total"] == 7
+
+
+def test_cost_per_million_tokens_formula():
+    # $3.60/hour at 1,000 tokens/s = 3.6M tokens/hour -> $1 per million tokens.
+    assert usd_per_million_tokens(usd_per_hour=3.6, tokens_per_s=1000) == pytest.approx(1.0)
+    assert usd_per_million_tokens(usd_per_hour=3.6, tokens_per_s=0) is None
