@@ -41,7 +41,8 @@ def model_version_memory_estimates(
 ) -> list[dict]:
     """For each GPU type, the smallest TP size that fits and its estimate, plus every TP tried.
 
-    Returns one row per GPU type: ``{"gpu": GpuType, "best": MemoryEstimate | None, "by_tp": [...]}``.
+    Returns one row per GPU type: ``{"gpu", "best": MemoryEstimate | None, "shown", "by_tp": [...]}`` where
+    ``shown`` is the best fit or, when nothing fits, the largest TP tried (to say by how much it misses).
     """
     spec = version.to_spec()
     rows = []
@@ -57,7 +58,7 @@ def model_version_memory_estimates(
             for tp in tensor_parallel_sizes
         ]
         best = next((e for e in by_tp if e.fits), None)
-        rows.append({"gpu": gpu, "best": best, "by_tp": by_tp})
+        rows.append({"gpu": gpu, "best": best, "shown": best or by_tp[-1], "by_tp": by_tp})
     return rows
 
 

@@ -137,6 +137,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Catalog, tenants, deployments, benchmarks and billing of a Governor installation.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["governor.access.IsPlatformUser"],
 }
 
 # Celery: broker and result backend are both Redis.

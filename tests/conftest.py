@@ -25,6 +25,12 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_QUEUE = f"governor-test-{os.getpid()}"
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """Hashing cost is irrelevant to what the tests check; PBKDF2 would dominate their run time."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def tenant(db):
     return TenantFactory(name="Acme Search", slug="acme")

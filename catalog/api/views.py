@@ -64,5 +64,5 @@ class ModelVersionViewSet(viewsets.ModelViewSet):
         rows = services.model_version_memory_estimates(
             version=version, gpu_types=list(selectors.gpu_type_list())
         )
-        data = [(row["best"] or row["by_tp"][-1]).as_dict() for row in rows]
+        data = [row["shown"].as_dict() for row in rows]
         return Response(MemoryEstimateSerializer(data, many=True).data)
