@@ -111,7 +111,7 @@ class Budget(models.Model):
 
     tenant = models.OneToOneField("billing.Tenant", on_delete=models.CASCADE, related_name="budget")
     amount_usd = models.DecimalField(
-        max_digits=14, decimal_places=2, validators=[MinValueValidator(Decimal("0"))]
+        max_digits=18, decimal_places=6, validators=[MinValueValidator(Decimal("0"))]
     )
     period = models.CharField(max_length=8, choices=Period.choices, default=Period.MONTHLY)
     soft_threshold_percents = models.JSONField(default=list, blank=True, help_text="e.g. [50, 80, 100]")

@@ -102,7 +102,11 @@ class Gateway:
     async def startup(self) -> None:
         cfg = self.config = self.config or load_config()
         self._name = f"{socket.gethostname()}:{os.getpid()}"
-        self.redis = aioredis.from_url(cfg.redis_url, socket_connect_timeout=3, socket_timeout=5)
+        # A blocking pool: under a burst, requests queue for a connection instead of failing.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            cfg.redis_url, max_connections=256, timeout=5, socket_connect_timeout=3, socket_timeout=5
+        )
+        self.redis = aioredis.Redis(connection_pool=pool)
         self.limiter = Limiter(self.redis, cfg.key_prefix)
         self.snapshots = SnapshotHolder(self.redis, cfg.key_prefix, cfg.snapshot_poll_s)
         try:

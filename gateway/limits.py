@@ -82,7 +82,7 @@ if remaining[1] then rr = remaining[1] end
 if remaining[3] and (rr < 0 or remaining[3] < rr) then rr = remaining[3] end
 if remaining[2] then rt = remaining[2] end
 if remaining[4] and (rt < 0 or remaining[4] < rt) then rt = remaining[4] end
-return {0, math.ceil((60 - elapsed) * 1000), rr, rt, spent + held + hold}
+return {0, 0, math.ceil((60 - elapsed) * 1000), rr, rt}
 """
 
 SETTLE_LUA = """

@@ -1,0 +1,216 @@
+"""Real processes for the gateway's tests: simulated engines, a gateway, a private Redis key space.
+
+Every test run uses its own Redis key prefix so the platform (or another run) on the same Redis
+never sees these snapshots and counters. Tests publish snapshots through the real billing service
+with routes pointing at the backends started here, then wait until the gateway reports the version.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import subprocess_env
+
+ROOT = Path(__file__).resolve().parents[2]
+# One prefix per pytest process, the same however often this module is imported.
+PREFIX = os.environ.setdefault("GATEWAY_TEST_PREFIX", f"gwtest-{os.getpid()}-{uuid.uuid4().hex[:6]}:")
+HAS_ENGINE = importlib.util.find_spec("engines.server") is not None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: process exited early:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} not ready in {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+class Proc:
+    """A child process with its log; stopped at teardown."""
+
+    def __init__(self, args: list[str], env: dict, log: Path) -> None:
+        self.args, self.env, self.log_path = args, env, log
+        self.log = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        self.p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def stop(self, sig_kill: bool = False) -> None:
+        if self.p.poll() is None:
+            (self.p.kill if sig_kill else self.p.terminate)()
+            try:
+                self.p.wait(20)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(5)
+        self.log.close()
+
+
+def start_engine(
+    tmp: Path, *, name: str, model: str, ttft_ms: float = 5, tpot_ms: float = 2
+) -> tuple[Proc, str]:
+    """The simulated vLLM server in fixed-timing mode (the fake backend until engines.server exists)."""
+    port = free_port()
+    if HAS_ENGINE:
+        args = [
+            sys.executable,
+            "-m",
+            "engines.server",
+            "--model-name",
+            model,
+            "--model-preset",
+            "llama-3.1-8b",
+            "--gpu",
+            "H100",
+            "--port",
+            str(port),
+            "--fixed-ttft-ms",
+            str(ttft_ms),
+            "--fixed-tpot-ms",
+            str(tpot_ms),
+        ]
+    else:
+        args = [
+            sys.executable,
+            "-m",
+            "tests.gateway.fake_backend",
+            "--port",
+            str(port),
+            "--tokens",
+            "16",
+            "--tpot-ms",
+            str(tpot_ms),
+            "--ttft-ms",
+            str(ttft_ms),
+        ]
+    proc = Proc(args, dict(os.environ), tmp / f"{name}.log")
+    wait_http(f"http://127.0.0.1:{port}/v1/models", proc.p, proc.log_path)
+    return proc, f"http://127.0.0.1:{port}/v1"
+
+
+def start_fake(tmp: Path, *, name: str, **opts) -> tuple[Proc, str]:
+    port = free_port()
+    args = [sys.executable, "-m", "tests.gateway.fake_backend", "--port", str(port)]
+    for k, v in opts.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    proc = Proc(args, dict(os.environ), tmp / f"{name}.log")
+    wait_http(f"http://127.0.0.1:{port}/v1/models", proc.p, proc.log_path)
+    return proc, f"http://127.0.0.1:{port}/v1"
+
+
+def start_gateway(
+    tmp: Path, *, database_url: str | None, name: str = "gateway", workers: int = 1, **extra
+) -> tuple[Proc, str]:
+    port = free_port()
+    env = subprocess_env(
+        GATEWAY_KEY_PREFIX=PREFIX,
+        GATEWAY_SPOOL_DIR=str(tmp / f"{name}-spool"),
+        GATEWAY_SHIP_INTERVAL_S="0.2",
+        **{k: str(v) for k, v in extra.items()},
+    )
+    if database_url is not None:
+        env["GATEWAY_DATABASE_URL"] = database_url
+    args = [
+        sys.executable,
+        "-m",
+        "gateway",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--log-level",
+        "warning",
+    ]
+    proc = Proc(args, env, tmp / f"{name}.log")
+    wait_http(f"http://127.0.0.1:{port}/healthz", proc.p, proc.log_path)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def route(
+    model: str, *targets: tuple[int, str, str, float], long_threshold: int | None = None, pools=None
+) -> dict:
+    """A routing-table entry in the shape of ``deployments.selectors.routing_table()``."""
+    out = []
+    for i, (dep_id, slug, base_url, weight) in enumerate(targets):
+        out.append(
+            {
+                "deployment_id": dep_id,
+                "deployment_slug": slug,
+                "version_id": None,
+                "base_url": base_url,
+                "engine_model": model,
+                "weight": weight,
+                "pool": (pools or {}).get(i, "default"),
+                "status": "RUNNING",
+            }
+        )
+    return {model: {"long_context_threshold": long_threshold, "targets": out}}
+
+
+@pytest.fixture(autouse=True)
+def _gateway_prefix(settings):
+    settings.GATEWAY_KEY_PREFIX = PREFIX
+
+
+@pytest.fixture(scope="session")
+def gw_tmp(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("gw")
+
+
+@pytest.fixture(scope="session")
+def engine_a(gw_tmp):
+    proc, url = start_engine(gw_tmp, name="engine-a", model="sim-llama")
+    yield url
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def engine_b(gw_tmp):
+    proc, url = start_engine(gw_tmp, name="engine-b", model="sim-llama")
+    yield url
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def gateway(gw_tmp, django_db_setup, django_db_blocker):
+    """One gateway process for the session, shipping usage to the test database."""
+    from tests.conftest import test_database_url
+
+    with django_db_blocker.unblock():
+        db_url = test_database_url()
+    proc, url = start_gateway(gw_tmp, database_url=db_url)
+    yield url
+    proc.stop()
+
+
+def publish(gateway_url: str, routes: dict) -> int:
+    """Publish the snapshot through the billing service and wait until the gateway serves it."""
+    from billing.services_gateway import snapshot_publish
+
+    version = snapshot_publish(routes=routes)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if httpx.get(gateway_url + "/healthz").json()["snapshot_version"] == version:
+            return version
+        time.sleep(0.02)
+    raise AssertionError("gateway did not apply the snapshot within 5 s")
