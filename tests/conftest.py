@@ -18,6 +18,7 @@ from django.contrib.auth.models import Group
 
 from governor.access import AUDITOR_GROUP
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
+from tests.support.browser import browser, page  # noqa: F401  (fixtures for every app's browser tests)
 
 ROOT = Path(__file__).resolve().parent.parent
 # This run's tasks go to a queue only its own worker consumes, so a platform running on the same

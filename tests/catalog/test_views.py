@@ -96,7 +96,7 @@ def test_estimate_inputs_recompute_with_htmx_and_reject_bad_values(admin_client,
     url = reverse("catalog:version_detail", args=[version.pk])
     partial = admin_client.get(url, {"context_len": 8192}, HTTP_HX_REQUEST="true")
     assert partial.status_code == 200
-    assert "<html" not in partial.content.decode() and "8192" in partial.content.decode()
+    assert "<html" not in partial.content.decode() and "8,192" in partial.content.decode()
     bad = admin_client.get(url, {"gpu_memory_utilization": 3}, HTTP_HX_REQUEST="true")
     assert "gpu_memory_utilization" in bad.content.decode() and "less than or equal" in bad.content.decode()
 
