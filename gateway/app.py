@@ -577,7 +577,10 @@ class _Request:
         self.settled = False
 
     def _headers(self, rl_headers: list) -> list:
-        return [(b"x-request-id", self.event_id.hex.encode()), *rl_headers]
+        h = [(b"x-request-id", self.event_id.hex.encode()), *rl_headers]
+        if self.target is not None:
+            h.append((b"x-governor-deployment", self.target.slug.encode()))
+        return h
 
     async def forward(self, send, receive, body: dict, candidates: list[Target], sticky, rl_headers) -> None:
         gw = self.gw

@@ -16,6 +16,8 @@ import time
 
 from gateway.snapshot import Route, Target
 
+LONG_POOL = "long-context"
+
 
 class Router:
     """Chooses a target for a request; remembers recent failures per deployment."""
@@ -41,19 +43,19 @@ class Router:
         return True
 
     def candidates(self, route: Route, prompt_tokens: int) -> list[Target]:
-        """RUNNING targets with weight in the right pool (long-context pool for long prompts)."""
-        pool = "default"
+        """RUNNING targets with weight, in the right pool.
+
+        Prompts over the route's threshold go to the ``long-context`` pool when it has a running
+        target; everything else goes to the other pools, and to the long-context pool only when
+        nothing else runs (it can serve short prompts too, just at a higher cost).
+        """
+        running = [t for t in route.targets if t.status == "RUNNING" and t.weight > 0]
         thr = route.long_context_threshold
-        if thr and prompt_tokens > thr and "long" in route.by_pool:
-            pool = "long"
-        targets = route.by_pool.get(pool)
-        if targets is None:
-            # No default pool at all: whatever is deployed serves.
-            targets = route.targets
-        running = [t for t in targets if t.status == "RUNNING" and t.weight > 0]
-        if pool == "long" and not running:
-            running = [t for t in route.by_pool.get("default", ()) if t.status == "RUNNING" and t.weight > 0]
-        return running
+        long_pool = [t for t in running if t.pool == LONG_POOL]
+        if thr and prompt_tokens > thr and long_pool:
+            return long_pool
+        short = [t for t in running if t.pool != LONG_POOL]
+        return short or long_pool
 
     def pick(
         self, candidates: list[Target], sticky: str | None, exclude: set[int] | None = None

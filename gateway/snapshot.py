@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import orjson
 
@@ -104,12 +104,11 @@ class Target:
 
 @dataclass(slots=True)
 class Route:
-    """A public model name and its weighted targets, split by pool."""
+    """A public model name and its weighted targets."""
 
     name: str
     long_context_threshold: int | None
     targets: list[Target]
-    by_pool: dict[str, list[Target]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -188,15 +187,13 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
                     base_url=base,
                     engine_model=x.get("engine_model") or name,
                     weight=float(x.get("weight") or 0),
-                    pool=x.get("pool") or "default",
+                    pool=x.get("pool") or "online",
                     status=x.get("status") or "RUNNING",
                     chat_url=base + "/chat/completions",
                     completions_url=base + "/completions",
                 )
             )
         route = Route(name=name, long_context_threshold=r.get("long_context_threshold"), targets=targets)
-        for tg in targets:
-            route.by_pool.setdefault(tg.pool, []).append(tg)
         routes[name] = route
     prices = {
         name: Price(

@@ -160,7 +160,7 @@ def route(
                 "base_url": base_url,
                 "engine_model": model,
                 "weight": weight,
-                "pool": (pools or {}).get(i, "default"),
+                "pool": (pools or {}).get(i, "online"),
                 "status": "RUNNING",
             }
         )

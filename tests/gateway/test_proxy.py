@@ -90,7 +90,7 @@ async def test_async_client_stream_and_completions(setup, tenant):
         model="sim-llama", messages=[{"role": "user", "content": "x"}], max_tokens=6, stream=True
     )
     n = 0
-    async for ch in stream:
+    async for _ch in stream:
         n += 1
     assert n >= 2
     models = await c.models.list()

@@ -1,0 +1,216 @@
+"""Weighted and sticky routing, pools, passive ejection, retries, broken streams, disconnects and
+snapshot propagation, against real engine processes and a real gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from decimal import Decimal
+
+import httpx
+import openai
+import pytest
+import redis
+
+from billing.models import UsageEvent
+from billing.services_gateway import api_key_create, budget_set, price_set, snapshot_build
+from gateway.snapshot import SNAPSHOT_KEY, VERSION_KEY
+from tests.gateway.conftest import PREFIX, free_port, publish, route, start_fake
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+MSG = [{"role": "user", "content": "hello there"}]
+
+
+@pytest.fixture
+def secret(tenant, admin_user):
+    return api_key_create(tenant=tenant, name="routing", actor=admin_user)[1]
+
+
+def _post(gw: str, secret: str, **body) -> httpx.Response:
+    payload = {"model": "sim-llama", "messages": MSG, "max_tokens": 2, **body}
+    return httpx.post(
+        gw + "/v1/chat/completions", json=payload, headers={"Authorization": f"Bearer {secret}"}, timeout=30
+    )
+
+
+def test_traffic_follows_weights_and_skips_deployments_that_are_not_running(
+    gateway, engine_a, engine_b, secret
+):
+    table = route("sim-llama", (1, "a", engine_a, 3.0), (2, "b", engine_b, 1.0), (3, "failed", engine_b, 5.0))
+    table["sim-llama"]["targets"][2]["status"] = "DEPLOY_FAILED"
+    publish(gateway, table)
+    seen = Counter(_post(gateway, secret).headers["x-governor-deployment"] for _ in range(200))
+    assert set(seen) == {"a", "b"}
+    assert 0.62 < seen["a"] / 200 < 0.88  # 3:1 within sampling noise
+
+
+def test_same_user_sticks_to_one_deployment(gateway, engine_a, engine_b, secret):
+    publish(gateway, route("sim-llama", (1, "a", engine_a, 1.0), (2, "b", engine_b, 1.0)))
+    for user in ("alice", "bob", "carol", "dave"):
+        deps = {_post(gateway, secret, user=user).headers["x-governor-deployment"] for _ in range(10)}
+        assert len(deps) == 1
+    r = httpx.post(
+        gateway + "/v1/chat/completions",
+        json={"model": "sim-llama", "messages": MSG, "max_tokens": 2},
+        headers={"Authorization": f"Bearer {secret}", "x-session-id": "s-1"},
+    )
+    deps = {
+        httpx.post(
+            gateway + "/v1/chat/completions",
+            json={"model": "sim-llama", "messages": MSG, "max_tokens": 2},
+            headers={"Authorization": f"Bearer {secret}", "x-session-id": "s-1"},
+        ).headers["x-governor-deployment"]
+        for _ in range(10)
+    }
+    assert deps == {r.headers["x-governor-deployment"]}
+
+
+def test_long_prompts_go_to_the_long_context_pool(gateway, engine_a, engine_b, secret):
+    publish(
+        gateway,
+        route(
+            "sim-llama",
+            (1, "short", engine_a, 1.0),
+            (2, "long", engine_b, 1.0),
+            long_threshold=100,
+            pools={1: "long-context"},
+        ),
+    )
+    assert {_post(gateway, secret).headers["x-governor-deployment"] for _ in range(10)} == {"short"}
+    long_msg = [{"role": "user", "content": "word " * 400}]
+    assert {_post(gateway, secret, messages=long_msg).headers["x-governor-deployment"] for _ in range(5)} == {
+        "long"
+    }
+
+
+def test_connection_failure_retries_once_elsewhere_and_ejects_the_dead_deployment(
+    gateway, engine_a, secret, tenant
+):
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    publish(gateway, route("sim-llama", (1, "dead", dead, 1.0), (2, "alive", engine_a, 1.0)))
+    c = openai.OpenAI(base_url=gateway + "/v1", api_key=secret, max_retries=0)
+    for _ in range(20):
+        assert c.chat.completions.create(model="sim-llama", messages=MSG, max_tokens=2).choices
+    metrics = httpx.get(gateway + "/metrics").text
+    failures = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith('gateway_errors_total{type="upstream_connect"}')
+    ]
+    # Ejected after the first failure: far fewer than the ~10 a coin flip per request would give.
+    assert failures and float(failures[0].split()[-1]) <= 3
+    time.sleep(1)
+    events = UsageEvent.objects.filter(tenant=tenant)
+    assert events.count() == 20 and set(events.values_list("deployment_slug", flat=True)) == {"alive"}
+
+
+def test_all_deployments_down_gives_502_and_no_charge(gateway, secret, tenant):
+    publish(gateway, route("sim-llama", (1, "dead", f"http://127.0.0.1:{free_port()}/v1", 1.0)))
+    r = _post(gateway, secret)
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unavailable"
+    time.sleep(1)
+    e = UsageEvent.objects.get(tenant=tenant)
+    assert e.status == "error" and e.cost_nanos == 0
+
+
+def test_a_stream_that_breaks_midway_ends_with_an_sse_error_event(gateway, gw_tmp, secret, tenant):
+    proc, url = start_fake(gw_tmp, name="breaking", tokens=20, tpot_ms=2, break_after=3)
+    try:
+        publish(gateway, route("sim-llama", (1, "breaking", url, 1.0)))
+        with httpx.stream(
+            "POST",
+            gateway + "/v1/chat/completions",
+            json={"model": "sim-llama", "messages": MSG, "max_tokens": 20, "stream": True},
+            headers={"Authorization": f"Bearer {secret}"},
+            timeout=10,
+        ) as r:
+            text = r.read().decode()
+        events = [e for e in text.split("\n\n") if e]
+        assert '"code":"stream_broken"' in events[-2]
+        assert events[-1] == "data: [DONE]"
+        c = openai.OpenAI(base_url=gateway + "/v1", api_key=secret, max_retries=0)
+        with pytest.raises(openai.APIError):
+            for _ in c.chat.completions.create(model="sim-llama", messages=MSG, max_tokens=20, stream=True):
+                pass
+    finally:
+        proc.stop()
+    time.sleep(1)
+    broken = UsageEvent.objects.filter(tenant=tenant, error_type="upstream_stream_broken")
+    assert broken.count() == 2
+
+
+def test_client_disconnect_releases_the_budget_hold(gateway, gw_tmp, tenant, admin_user):
+    price_set(
+        public_model="sim-llama",
+        input_per_million=Decimal("1"),
+        output_per_million=Decimal("1"),
+        actor=admin_user,
+    )
+    budget_set(tenant=tenant, amount_usd=Decimal("10"), hard_cap_percent=100)
+    _, secret = api_key_create(tenant=tenant, name="disc", actor=admin_user)
+    proc, url = start_fake(gw_tmp, name="slow", tokens=200, tpot_ms=20)
+    try:
+        publish(gateway, route("sim-llama", (1, "slow", url, 1.0)))
+
+        async def go():
+            async with (
+                httpx.AsyncClient(timeout=10) as http,
+                http.stream(
+                    "POST",
+                    gateway + "/v1/chat/completions",
+                    json={"model": "sim-llama", "messages": MSG, "max_tokens": 200, "stream": True},
+                    headers={"Authorization": f"Bearer {secret}"},
+                ) as r,
+            ):
+                n = 0
+                async for _ in r.aiter_raw():
+                    n += 1
+                    if n >= 3:
+                        break  # leave mid-stream
+
+        asyncio.run(go())
+        r = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+        deadline = time.monotonic() + 5
+        state = {}
+        while time.monotonic() < deadline:
+            keys = r.keys(f"{PREFIX}budget:{tenant.pk}:*")
+            state = r.hgetall(keys[0]) if keys else {}
+            if state and int(state[b"held"]) == 0:
+                break
+            time.sleep(0.05)
+        assert int(state[b"held"]) == 0
+        deadline = time.monotonic() + 5
+        while not UsageEvent.objects.filter(tenant=tenant).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        e = UsageEvent.objects.get(tenant=tenant)
+        assert e.status == "client_disconnected" and e.completion_tokens < 200
+    finally:
+        proc.stop()
+
+
+def test_snapshot_changes_apply_within_two_seconds_even_without_the_notification(
+    gateway, engine_a, tenant, admin_user
+):
+    publish(gateway, route("sim-llama", (1, "a", engine_a, 1.0)))
+    # 1) through pub/sub: a new key works almost at once.
+    _, s1 = api_key_create(tenant=tenant, name="fresh", actor=admin_user)
+    from billing.services_gateway import snapshot_publish
+
+    t0 = time.monotonic()
+    snapshot_publish(routes=route("sim-llama", (1, "a", engine_a, 1.0)))
+    while _post(gateway, s1).status_code != 200:
+        assert time.monotonic() - t0 < 2.0
+        time.sleep(0.01)
+    # 2) notification lost: store the snapshot without publishing; the poll must find it.
+    _, s2 = api_key_create(tenant=tenant, name="polled", actor=admin_user)
+    snap = snapshot_build(routes=route("sim-llama", (1, "a", engine_a, 1.0)))
+    import orjson
+
+    r = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    r.set(PREFIX + SNAPSHOT_KEY, orjson.dumps(snap))
+    t0 = time.monotonic()
+    r.set(PREFIX + VERSION_KEY, snap["version"])
+    while _post(gateway, s2).status_code != 200:
+        assert time.monotonic() - t0 < 2.0
+        time.sleep(0.02)
