@@ -1,0 +1,84 @@
+"""Virtual-time simulation (engines.sim): determinism, metrics definitions, closed loops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engines.presets import gpu_preset, model_preset
+from engines.scheduler import EngineConfig
+from engines.sim import SimConfig, simulate
+from engines.workload import Workload, fixed, fixed_concurrency, lognormal, normal, poisson
+
+CFG = SimConfig(model=model_preset("llama-3.1-8b"), gpu=gpu_preset("H100"))
+WL = Workload(arrival=poisson(15.0), input=lognormal(1000, 0.5, max=8000), output=normal(200, 60, min=2))
+
+
+def test_same_seed_same_result_other_seed_differs():
+    a = simulate(WL, CFG, seed=5, duration=30)
+    b = simulate(WL, CFG, seed=5, duration=30)
+    c = simulate(WL, CFG, seed=6, duration=30)
+    for name in ("ttft_s", "tpot_s", "e2e_s", "itl_max_s", "queue_s"):
+        assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True)
+    assert a.summary() | {"wall_s": 0} == b.summary() | {"wall_s": 0}
+    assert not np.array_equal(a.ttft_s, c.ttft_s, equal_nan=True)
+
+
+def test_metric_definitions_hold_per_request():
+    r = simulate(WL, CFG, seed=1, duration=20)
+    done = ~np.isnan(r.e2e_s)
+    assert done.all()
+    assert np.all(r.ttft_s > 0) and np.all(r.e2e_s >= r.ttft_s)
+    multi = r.output_len > 1
+    assert np.allclose(r.tpot_s[multi], (r.e2e_s - r.ttft_s)[multi] / (r.output_len[multi] - 1))
+    # The largest gap is at least the mean gap.
+    assert np.all(r.itl_max_s[multi] >= r.tpot_s[multi] * (1 - 1e-9))
+    assert np.all(r.queue_s >= 0) and np.all(r.queue_s <= r.ttft_s)
+    # Pooled ITL covers every generated token after each request's first.
+    values, weights = r.itl_values()
+    assert weights.sum() == (r.output_len - 1).sum()
+    assert r.generation_tokens == r.output_len.sum()
+    s = r.summary()
+    assert s["itl_s"]["median"] <= s["itl_s"]["p99"]
+    assert s["itl_s"]["mean"] == pytest.approx(
+        float(np.sum(r.tpot_s[multi] * (r.output_len[multi] - 1)) / weights.sum())
+    )
+
+
+def test_time_series_sampled_each_virtual_second():
+    r = simulate(WL, CFG, seed=2, duration=30)
+    ts = r.timeseries
+    assert len(ts["t"]) >= 30
+    assert np.allclose(np.diff(ts["t"]), 1.0)
+    assert ts["kv_usage"].max() > 0
+    assert ts["running"].max() > 0
+
+
+def test_closed_loop_keeps_concurrency():
+    wl = Workload(arrival=fixed_concurrency(4), input=fixed(256), output=fixed(64))
+    r = simulate(wl, CFG, seed=0, n=40)
+    assert r.completed == 40
+    assert r.timeseries["running"].max() <= 4
+    assert r.timeseries["waiting"].max() == 0
+    # Throughput of a closed loop: about 4 concurrent streams of one token per TPOT.
+    s = r.summary()
+    assert s["output_throughput"] == pytest.approx(4 / s["tpot_s"]["median"], rel=0.25)
+
+
+def test_overload_builds_a_queue_and_preempts_with_small_kv():
+    cfg = SimConfig(
+        model=CFG.model, gpu=CFG.gpu, engine=EngineConfig(num_gpu_blocks_override=2000, max_num_seqs=256)
+    )
+    wl = Workload(arrival=poisson(40.0), input=fixed(1500), output=fixed(600))
+    r = simulate(wl, cfg, seed=3, duration=20)
+    assert r.num_preemptions > 0
+    assert r.completed == len(r.arrival_s)
+    assert r.timeseries["waiting"].max() > 0
+    assert r.timeseries["kv_usage"].max() > 0.9
+
+
+def test_requests_longer_than_the_context_are_rejected():
+    cfg = SimConfig(model=CFG.model, gpu=CFG.gpu, engine=EngineConfig(max_model_len=1024))
+    wl = Workload(arrival=poisson(5.0), input=fixed(2000), output=fixed(10))
+    r = simulate(wl, cfg, seed=0, n=5)
+    assert r.rejected.all() and r.completed == 0
