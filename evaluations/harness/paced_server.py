@@ -220,16 +220,17 @@ class _Conn(asyncio.Protocol):
 
     def handle(self, method: str, path: str, body: bytes) -> None:
         e = self.engine
-        if method == "GET" and path == "/metrics":
+        # Any route prefix works (Ray Serve mounts apps under /d/<slug>), as with the engines' server.
+        if method == "GET" and path.endswith("/metrics"):
             self.transport.write(_plain(200, e.metrics_text(), b"text/plain; version=0.0.4"))
             return
-        if method == "GET" and path == "/v1/models":
+        if method == "GET" and path.endswith("/v1/models"):
             self.transport.write(_plain(200, orjson.dumps({"object": "list", "data": [{"id": e.model}]})))
             return
-        if method == "GET" and path == "/health":
+        if method == "GET" and path.endswith("/health"):
             self.transport.write(_plain(200, b"{}"))
             return
-        if method != "POST" or path not in ("/v1/completions", "/v1/chat/completions"):
+        if method != "POST" or not path.endswith(("/v1/completions", "/v1/chat/completions")):
             self.transport.write(_plain(404, b'{"error": {"message": "not found"}}'))
             return
         try:

@@ -10,6 +10,7 @@ goodput-vs-offered-rate curve, not only the answer. A client-bound stage (median
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from engines.workload import Workload
@@ -19,6 +20,7 @@ from .metrics import Sla
 from .runner import HarnessError, Progress, StageConfig, StageResult, arrival_at, run_stage
 
 DEFAULT_TARGET_ATTAINMENT = 0.9
+StageFn = Callable[..., StageResult]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +86,15 @@ def find_capacity(
     sla: Sla,
     sweep: SweepConfig,
     progress: Progress | None = None,
+    stage_fn: StageFn | None = None,
 ) -> dict:
     """Search rates; returns ``{capacity_rate, bracket, curve, stages, capacity_stage, converged}``.
 
     ``stages`` holds every stage's full summary in the order run; ``curve`` is sorted by rate.
+    ``stage_fn`` replaces the live stage (the predicted runs pass the virtual-time simulator).
     """
+    if stage_fn is None:
+        stage_fn = run_stage
     sweep.validate()
     if workload.arrival.closed_loop:
         raise HarnessError(
@@ -112,7 +118,7 @@ def find_capacity(
             if progress is not None:
                 progress(min(0.99, (k + frac) / expected), f"stage {k + 1}: {rate:g} req/s — {msg}")
 
-        res = run_stage(
+        res = stage_fn(
             target=target, workload=wl, stage=replace(stage, seed=stage.seed + k), sla=sla, progress=sub
         )
         results[rate] = res
@@ -157,6 +163,7 @@ def find_capacity(
         "order": order,
         "stages": [{"rate": r, **results[r].to_dict()} for r in order],
         "capacity_stage": capacity_stage,
+        "_results": [results[r] for r in order],  # in memory only: the StageResults, in run order
     }
 
 

@@ -1,0 +1,48 @@
+"""Choices and defaults of the evaluations app, in one place."""
+
+from django.db import models
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class RunKind(models.TextChoices):
+    MEASURED = "measured", "Measured"  # real requests against a live endpoint
+    PREDICTED = "predicted", "Predicted"  # the virtual-time simulator, for any deployment spec
+
+
+class RunMode(models.TextChoices):
+    SINGLE = "single", "Single stage"
+    LADDER = "ladder", "Ladder of rates / concurrencies"
+    SWEEP = "sweep", "Sweep to capacity goodput"
+
+
+class TargetKind(models.TextChoices):
+    DEPLOYMENT = "deployment", "Deployment (through Ray Serve)"
+    GATEWAY = "gateway", "Gateway"
+    URL = "url", "OpenAI-compatible URL"
+
+
+class Api(models.TextChoices):
+    COMPLETIONS = "completions", "/v1/completions"
+    CHAT = "chat", "/v1/chat/completions"
+
+
+# Defaults of the start form and the API (DOMAIN.md's example SLA, 90% attainment target).
+DEFAULT_SLA = {"ttft_ms": 1000.0, "tpot_ms": 50.0, "e2e_ms": None}
+DEFAULT_WORKLOAD = {
+    "arrival": {"kind": "poisson", "rate": 1.0},
+    "input": {"kind": "fixed", "value": 512},
+    "output": {"kind": "fixed", "value": 128},
+}
+DEFAULT_STAGE = {"duration_s": 30.0, "num_requests": None, "warmup_requests": 4, "processes": 0, "seed": 0}
+DEFAULT_SAMPLING = {"temperature": 0.0, "ignore_eos": True}

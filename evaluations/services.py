@@ -1,0 +1,479 @@
+"""Benchmark writes: create a run (validated, snapshotted, enqueued), execute it, cancel it.
+
+``benchmark_run_execute`` is what the Celery task and ``manage.py benchmark`` call: it claims the
+row (queued → running, once), runs the harness (or the simulator for predicted runs), stores the
+report and the headline figures, and always leaves the row in a final state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.utils import timezone
+
+from engines.workload import Workload
+from evaluations.constants import (
+    ACTIVE_STATUSES,
+    DEFAULT_SAMPLING,
+    DEFAULT_STAGE,
+    RunKind,
+    RunMode,
+    RunStatus,
+    TargetKind,
+)
+from evaluations.harness import Sla, StageConfig, SweepConfig, Target, find_capacity, run_ladder, run_stage
+from evaluations.harness.runner import HarnessError, arrival_at
+from evaluations.harness.sweep import DEFAULT_TARGET_ATTAINMENT
+from evaluations.models import BenchmarkRun
+from evaluations.reports import build_results
+
+MAX_LADDER_LEVELS = 20
+MAX_STAGE_SECONDS = 3600
+
+
+class RunCancelled(Exception):
+    """Raised inside the harness's progress callback when an admin cancelled the run."""
+
+
+# --- create -----------------------------------------------------------------------------------
+
+
+def _validate_workload(workload: dict) -> Workload:
+    try:
+        return Workload.from_dict(workload)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValidationError({"workload": f"Invalid workload: {exc}"}) from exc
+
+
+def _validate_sla(sla: dict) -> Sla:
+    try:
+        parsed = Sla.from_dict(sla)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError({"sla": f"Invalid SLA: {exc}"}) from exc
+    for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        value = getattr(parsed, name)
+        if value is not None and value <= 0:
+            raise ValidationError({"sla": f"{name} must be positive."})
+    if parsed.ttft_ms is None and parsed.tpot_ms is None and parsed.e2e_ms is None:
+        raise ValidationError({"sla": "An SLA needs at least one limit."})
+    return parsed
+
+
+def _validate_stage(stage: dict) -> StageConfig:
+    merged = {**DEFAULT_STAGE, **(stage or {})}
+    try:
+        cfg = StageConfig(
+            duration_s=float(merged["duration_s"]) if merged.get("duration_s") not in (None, "") else None,
+            num_requests=int(merged["num_requests"])
+            if merged.get("num_requests") not in (None, "")
+            else None,
+            warmup_requests=int(merged.get("warmup_requests") or 0),
+            processes=int(merged.get("processes") or 0),
+            seed=int(merged.get("seed") or 0),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ValidationError({"stage": f"Invalid stage settings: {exc}"}) from exc
+    if cfg.duration_s is None and cfg.num_requests is None:
+        raise ValidationError({"stage": "Stop each stage by a duration or a request count."})
+    if cfg.duration_s is not None and not 0 < cfg.duration_s <= MAX_STAGE_SECONDS:
+        raise ValidationError({"stage": f"Stage duration must be in (0, {MAX_STAGE_SECONDS}] seconds."})
+    if cfg.num_requests is not None and cfg.num_requests < 1:
+        raise ValidationError({"stage": "A stage needs at least one request."})
+    if cfg.warmup_requests < 0 or cfg.processes < 0:
+        raise ValidationError({"stage": "Warm-up requests and processes cannot be negative."})
+    return cfg
+
+
+def _snapshot(
+    *, deployment, model_version, gpu_type, gpus: int | None, tensor_parallel: int, replicas: int
+) -> dict:
+    """What is under test, frozen at creation (the report must not change when the catalog does)."""
+    from catalog.services import gpu_hourly_cost
+
+    snap: dict = {}
+    if deployment is not None:
+        model_version = deployment.model_version
+        gpu_type = deployment.gpu_type
+        tensor_parallel = deployment.tensor_parallel_size
+        replicas = deployment.num_replicas
+        if getattr(deployment, "scaling_mode", "fixed") != "fixed":
+            replicas = max(deployment.running_replicas or 0, deployment.min_replicas or 1)
+        per_replica = deployment.gpus_per_replica
+        gpus = per_replica * replicas
+        snap.update(
+            deployment=deployment.name,
+            deployment_id=deployment.pk,
+            engine_kind=deployment.engine_kind,
+            max_num_seqs=deployment.max_num_seqs,
+            max_num_batched_tokens=deployment.max_num_batched_tokens,
+            enable_prefix_caching=deployment.enable_prefix_caching,
+            quantization=deployment.quantization,
+            kv_cache_dtype=deployment.kv_cache_dtype,
+        )
+    if model_version is not None:
+        snap.update(
+            model=model_version.model.name,
+            model_version=model_version.label,
+            model_version_id=model_version.pk,
+            precision=model_version.precision,
+            framework=model_version.framework,
+        )
+    if gpu_type is not None:
+        snap.update(
+            gpu_type=gpu_type.name, gpu_type_id=gpu_type.pk, gpu_usd_per_hour=str(gpu_hourly_cost(gpu_type))
+        )
+    snap.update(
+        tensor_parallel=tensor_parallel,
+        replicas=replicas,
+        gpus=gpus if gpus is not None else (tensor_parallel * replicas if gpu_type is not None else 0),
+        parallelism=f"TP={tensor_parallel} × {replicas} replica{'s' if replicas != 1 else ''}",
+    )
+    return snap
+
+
+@transaction.atomic
+def benchmark_run_create(
+    *,
+    actor,
+    kind: str = RunKind.MEASURED,
+    mode: str = RunMode.SINGLE,
+    target_kind: str = TargetKind.DEPLOYMENT,
+    deployment=None,
+    base_url: str = "",
+    model_name: str = "",
+    api: str = "completions",
+    model_version=None,
+    gpu_type=None,
+    gpus: int | None = None,
+    tensor_parallel: int = 1,
+    replicas: int = 1,
+    workload: dict,
+    sla: dict,
+    ladder: list[float] | None = None,
+    sweep: dict | None = None,
+    stage: dict | None = None,
+    sampling: dict | None = None,
+    name: str = "",
+    enqueue: bool = True,
+) -> BenchmarkRun:
+    """Validate, snapshot the target, save a queued run and (after commit) enqueue its task."""
+    wl = _validate_workload(workload)
+    sla_obj = _validate_sla(sla)
+    stage_cfg = _validate_stage(stage or {})
+    ladder = [float(x) for x in (ladder or [])]
+    if mode not in RunMode.values:
+        raise ValidationError({"mode": f"Unknown mode {mode!r}."})
+    if kind not in RunKind.values:
+        raise ValidationError({"kind": f"Unknown kind {kind!r}."})
+    if mode == RunMode.LADDER and (
+        not ladder or len(ladder) > MAX_LADDER_LEVELS or any(x <= 0 for x in ladder)
+    ):
+        raise ValidationError({"ladder": f"A ladder needs 1 to {MAX_LADDER_LEVELS} positive levels."})
+    sweep_cfg = SweepConfig.from_dict({"target_attainment": DEFAULT_TARGET_ATTAINMENT, **(sweep or {})})
+    try:
+        sweep_cfg.validate()
+    except HarnessError as exc:
+        raise ValidationError({"sweep": str(exc)}) from exc
+    if mode == RunMode.SWEEP:
+        if wl.arrival.closed_loop:
+            raise ValidationError(
+                {"workload": "A sweep searches offered rates: use constant, Poisson or gamma arrivals."}
+            )
+        if stage_cfg.duration_s is None:
+            raise ValidationError(
+                {"stage": "A sweep's stages stop by duration (rates are compared per second)."}
+            )
+
+    if kind == RunKind.PREDICTED:
+        if deployment is None and (model_version is None or gpu_type is None):
+            raise ValidationError(
+                {"deployment": "A predicted run needs a deployment, or a model version and a GPU type."}
+            )
+        target_kind = TargetKind.DEPLOYMENT if deployment is not None else TargetKind.URL
+    elif target_kind == TargetKind.DEPLOYMENT:
+        if deployment is None:
+            raise ValidationError({"deployment": "Choose the deployment to measure."})
+        base_url = deployment.openai_base_url
+        model_name = model_name or deployment.effective_served_model_name
+    elif target_kind == TargetKind.GATEWAY:
+        base_url = settings.GATEWAY_PUBLIC_URL.rstrip("/") + "/v1"
+        if not model_name:
+            raise ValidationError({"model_name": "Name the public model to request through the gateway."})
+    elif target_kind == TargetKind.URL:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValidationError({"base_url": "Give an http(s) OpenAI base URL, e.g. http://host:8000/v1."})
+        if not model_name:
+            raise ValidationError({"model_name": "Name the model the endpoint serves."})
+    else:
+        raise ValidationError({"target_kind": f"Unknown target {target_kind!r}."})
+    if tensor_parallel < 1 or replicas < 1 or (gpus is not None and gpus < 0):
+        raise ValidationError({"gpus": "GPU counts must be positive."})
+
+    snapshot = _snapshot(
+        deployment=deployment,
+        model_version=model_version,
+        gpu_type=gpu_type,
+        gpus=gpus,
+        tensor_parallel=tensor_parallel,
+        replicas=replicas,
+    )
+    if kind == RunKind.PREDICTED and deployment is not None and deployment.gpu_type_id is None:
+        raise ValidationError({"deployment": "A predicted run needs a deployment with a GPU type."})
+    run = BenchmarkRun.objects.create(
+        name=name or _default_name(kind=kind, mode=mode, snapshot=snapshot, model_name=model_name),
+        kind=kind,
+        mode=mode,
+        target_kind=target_kind,
+        deployment=deployment,
+        base_url=base_url,
+        model_name=model_name,
+        api=api,
+        model_version_id=snapshot.get("model_version_id"),
+        gpu_type_id=snapshot.get("gpu_type_id"),
+        snapshot=snapshot,
+        workload=wl.to_dict(),
+        sampling=sampling if sampling is not None else dict(DEFAULT_SAMPLING),
+        sla=sla_obj.to_dict(),
+        ladder=ladder,
+        sweep=sweep_cfg.to_dict(),
+        stage=stage_cfg.to_dict(),
+        created_by=actor if getattr(actor, "pk", None) else None,
+        progress_message="queued",
+    )
+    if enqueue:
+        transaction.on_commit(lambda: _enqueue(run.pk))
+    return run
+
+
+def _default_name(*, kind: str, mode: str, snapshot: dict, model_name: str) -> str:
+    what = snapshot.get("deployment") or snapshot.get("model") or model_name or "endpoint"
+    return f"{RunMode(mode).label} · {what} ({kind})"
+
+
+def _enqueue(run_id: int) -> None:
+    from evaluations.tasks import benchmark_run_execute_task
+
+    result = benchmark_run_execute_task.delay(run_id)
+    BenchmarkRun.objects.filter(pk=run_id).update(task_id=result.id or "")
+
+
+# --- cancel -----------------------------------------------------------------------------------
+
+
+def benchmark_run_cancel(*, run: BenchmarkRun, actor) -> bool:
+    """Queued or running → cancelled. A running harness notices within a second and stops."""
+    changed = BenchmarkRun.objects.filter(pk=run.pk, status__in=ACTIVE_STATUSES).update(
+        status=RunStatus.CANCELLED,
+        finished_at=timezone.now(),
+        progress_message=f"cancelled by {getattr(actor, 'username', 'system')}",
+    )
+    run.refresh_from_db()
+    return bool(changed)
+
+
+def benchmark_run_fail(*, run_id: int, error: str) -> None:
+    """Mark a run failed unless it already ended (used by the task's ``on_failure``)."""
+    BenchmarkRun.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES).update(
+        status=RunStatus.FAILED, error=error[:5000], finished_at=timezone.now(), progress_message="failed"
+    )
+
+
+# --- execute ----------------------------------------------------------------------------------
+
+
+class _ProgressWriter:
+    """Saves progress on the row at most once a second, from its own thread.
+
+    The harness calls back from inside its event loop, where Django's ORM refuses to run; the
+    callback only records the latest value, and this thread writes it (and reads back whether
+    the run was cancelled, which makes the next callback raise ``RunCancelled``).
+    """
+
+    def __init__(self, run_id: int, on_progress=None) -> None:
+        self.run_id = run_id
+        self.value = (0.0, "starting")
+        self.written = (-1.0, "")
+        self.cancelled = False
+        self.on_progress = on_progress
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"benchmark-{run_id}-progress", daemon=True)
+
+    def __call__(self, frac: float, message: str) -> None:
+        self.value = (max(0.0, min(1.0, frac)), message)
+        if self.on_progress is not None:
+            self.on_progress(*self.value)
+        if self.cancelled:
+            raise RunCancelled()
+
+    def __enter__(self) -> _ProgressWriter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(1.0):
+                self.flush()
+        finally:
+            connection.close()  # this thread's own connection
+
+    def flush(self) -> None:
+        frac, msg = self.value
+        if (frac, msg) != self.written:
+            BenchmarkRun.objects.filter(pk=self.run_id, status=RunStatus.RUNNING).update(
+                progress=min(99, int(frac * 100)), progress_message=msg[:255]
+            )
+            self.written = (frac, msg)
+        status = BenchmarkRun.objects.filter(pk=self.run_id).values_list("status", flat=True).first()
+        self.cancelled = status == RunStatus.CANCELLED
+
+
+def _target_for(run: BenchmarkRun) -> Target:
+    return Target(
+        base_url=run.base_url,
+        model=run.model_name,
+        api=run.api,
+        api_key=getattr(settings, "BENCHMARK_API_KEY", "")
+        if run.target_kind != TargetKind.DEPLOYMENT
+        else "",
+        sampling=run.sampling or {},
+    )
+
+
+def _predicted_engine(run: BenchmarkRun):
+    """One replica's simulator config from the run's snapshot (deployment or spec fields)."""
+    from catalog.models import GpuType, ModelVersion
+    from engines.scheduler import EngineConfig
+    from engines.sim import SimConfig
+    from evaluations.harness.predict import PredictedEngine
+
+    snap = run.snapshot
+    version = ModelVersion.objects.select_related("model").get(pk=snap["model_version_id"])
+    gpu = GpuType.objects.get(pk=snap["gpu_type_id"])
+    engine_kwargs = {
+        k: snap[k] for k in ("max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching") if k in snap
+    }
+    return PredictedEngine(
+        config=SimConfig(
+            model=version.to_spec(),
+            gpu=gpu.to_spec(),
+            tensor_parallel=int(snap.get("tensor_parallel") or 1),
+            engine=EngineConfig(**engine_kwargs),
+        ),
+        replicas=int(snap.get("replicas") or 1),
+    )
+
+
+def benchmark_run_execute(*, run_id: int, on_progress=None) -> BenchmarkRun:
+    """Claim a queued run, run it, store its report. Idempotent: a second call does nothing."""
+    claimed = BenchmarkRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+        status=RunStatus.RUNNING, started_at=timezone.now(), progress=0, progress_message="starting"
+    )
+    run = BenchmarkRun.objects.get(pk=run_id)
+    if not claimed:
+        return run
+    try:
+        with _ProgressWriter(run_id, on_progress) as writer:
+            results, series = _execute(run, writer)
+            writer.flush()
+    except RunCancelled:
+        run.refresh_from_db()
+        return run
+    except Exception as exc:  # recorded on the row: the page must say why, not spin forever
+        benchmark_run_fail(run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+        run.refresh_from_db()
+        return run
+    capacity = results["capacity"]
+    cost = results["cost"]
+    failed = results["totals"]["failed"]
+    msg = "done"
+    if failed:
+        msg = f"done: {failed} of {results['totals']['requests']} requests failed ({', '.join(f'{k} {v}' for k, v in results['totals']['errors'].items())})"
+    if results["client_bound"]:
+        msg += " — CLIENT-BOUND stages, see warnings"
+    BenchmarkRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(
+        status=RunStatus.SUCCEEDED,
+        progress=100,
+        progress_message=msg[:255],
+        results=results,
+        series=series,
+        capacity_rps=capacity["rate"] if capacity.get("level_unit") == "req/s" else None,
+        token_goodput=capacity["token_goodput"],
+        attainment=capacity["attainment"]
+        if capacity["attainment"] is not None
+        else (results["stages"][-1]["attainment"] if results["stages"] else None),
+        usd_per_mtok=cost.get("usd_per_mtok_output") if cost.get("available") else None,
+        client_bound=results["client_bound"],
+        finished_at=timezone.now(),
+    )
+    run.refresh_from_db()
+    return run
+
+
+def _execute(run: BenchmarkRun, progress: _ProgressWriter) -> tuple[dict, list]:
+    workload = Workload.from_dict(run.workload)
+    sla = Sla.from_dict(run.sla)
+    stage_cfg = StageConfig(**{k: v for k, v in run.stage.items() if k in StageConfig.__dataclass_fields__})
+    sweep_cfg = SweepConfig.from_dict(run.sweep)
+    target = _target_for(run)
+    stage_fn = run_stage
+    if run.kind == RunKind.PREDICTED:
+        stage_fn = _predicted_engine(run).stage
+        stage_cfg.warmup_requests = 0
+    started = time.monotonic()
+    sweep_record = None
+    if run.mode == RunMode.SWEEP:
+        out = find_capacity(
+            target=target,
+            workload=workload,
+            stage=stage_cfg,
+            sla=sla,
+            sweep=sweep_cfg,
+            progress=progress,
+            stage_fn=stage_fn,
+        )
+        stages = out.pop("_results")
+        sweep_record = {
+            k: out[k] for k in ("capacity_rate", "bracket", "converged", "order", "target_attainment")
+        }
+    elif run.mode == RunMode.LADDER:
+        if run.kind == RunKind.PREDICTED:
+            stages = []
+            for k, level in enumerate(run.ladder):
+                wl = _at(workload, level)
+                stages.append(stage_fn(target=target, workload=wl, stage=stage_cfg, sla=sla))
+                progress((k + 1) / len(run.ladder), f"level {level:g} simulated")
+        else:
+            stages = run_ladder(
+                target=target,
+                workload=workload,
+                levels=run.ladder,
+                stage=stage_cfg,
+                sla=sla,
+                progress=progress,
+            )
+    else:
+        stages = [stage_fn(target=target, workload=workload, stage=stage_cfg, sla=sla, progress=progress)]
+    results, series = build_results(
+        stages=stages,
+        sla=run.sla,
+        snapshot=run.snapshot,
+        target_attainment=sweep_cfg.target_attainment,
+        sweep=sweep_record,
+    )
+    results["kind"] = run.kind
+    results["wall_s"] = time.monotonic() - started
+    results["workload"] = run.workload
+    return results, series
+
+
+def _at(workload: Workload, level: float) -> Workload:
+    return replace(workload, arrival=arrival_at(workload.arrival, level))

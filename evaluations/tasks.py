@@ -1,0 +1,30 @@
+"""Celery entry point for benchmark runs: take an id, call the service, record failures on the row."""
+
+from __future__ import annotations
+
+from celery import Task, shared_task
+
+
+class _BenchmarkTask(Task):
+    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
+        # A crash outside the service (time limit, worker lost) must still end the run.
+        from evaluations.services import benchmark_run_fail
+
+        run_id = args[0] if args else kwargs.get("run_id")
+        if run_id is not None:
+            benchmark_run_fail(run_id=run_id, error=f"task failed: {type(exc).__name__}: {exc}")
+
+
+@shared_task(
+    name="evaluations.benchmark_run_execute",
+    base=_BenchmarkTask,
+    acks_late=False,  # a benchmark re-run after a worker crash would double the load; the row says "failed"
+    soft_time_limit=6 * 3600,
+    time_limit=6 * 3600 + 60,
+)
+def benchmark_run_execute_task(run_id: int) -> dict:
+    """Run a queued benchmark (a no-op when it is not queued any more)."""
+    from evaluations.services import benchmark_run_execute
+
+    run = benchmark_run_execute(run_id=run_id)
+    return {"id": run.pk, "status": run.status}
