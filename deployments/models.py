@@ -1,1 +1,317 @@
-"""Models of this app."""
+"""Deployments: what should run on Ray Serve, what Ray says is running, and the routing table.
+
+A ``Deployment`` row is the desired state an admin edits; the reconciler
+(``deployments.reconciler``) compiles every desired deployment into one Ray Serve config, sends it
+whole, and writes what Ray reports back onto the same row (the ``status*`` and ``ray_*`` fields).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+
+from catalog.constants import KvCacheDtype
+from deployments.constants import (
+    TENSOR_PARALLEL_SIZES,
+    DesiredState,
+    EngineKind,
+    EventKind,
+    Pool,
+    Quantization,
+    ScalingMode,
+    Status,
+)
+
+# Ray application names and route prefixes are built from the slug, so keep it URL- and Ray-safe.
+slug_validator = RegexValidator(
+    r"^[a-z0-9]([a-z0-9-]{0,46}[a-z0-9])?$",
+    "Lowercase letters, digits and dashes; starts and ends with a letter or digit; at most 48 characters.",
+)
+public_name_validator = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$",
+    "Letters, digits and . _ : / -, starting with a letter or digit (what clients send as `model`).",
+)
+
+
+class DeploymentQuerySet(models.QuerySet):
+    def live(self) -> DeploymentQuerySet:
+        """Not deleted (deleted rows stay for their event timeline)."""
+        return self.filter(deleted_at__isnull=True)
+
+    def desired_running(self) -> DeploymentQuerySet:
+        return self.live().filter(desired_state=DesiredState.RUNNING)
+
+
+class Deployment(models.Model):
+    """One model version served by one Ray Serve application under ``/d/<slug>``.
+
+    Desired state (edited by admins) and observed state (written by the reconciler only) live on
+    the same row so the list page is one query. Deleting is soft: the row keeps its events and
+    ``deleted_at`` takes it out of the Serve config.
+    """
+
+    name = models.CharField(max_length=128)
+    slug = models.CharField(
+        max_length=48, validators=[slug_validator], help_text="Ray app name and route /d/<slug>"
+    )
+    model_version = models.ForeignKey(
+        "catalog.ModelVersion", on_delete=models.PROTECT, related_name="deployments"
+    )
+    engine_kind = models.CharField(max_length=12, choices=EngineKind.choices, default=EngineKind.SIMULATED)
+    gpu_type = models.ForeignKey(
+        "catalog.GpuType",
+        on_delete=models.PROTECT,
+        related_name="deployments",
+        null=True,
+        blank=True,
+        help_text="Required for vLLM and simulated engines; vLLM on CPU hosts needs none.",
+    )
+    tensor_parallel_size = models.PositiveSmallIntegerField(
+        "GPUs per replica (tensor parallel)",
+        default=1,
+        choices=[(n, str(n)) for n in TENSOR_PARALLEL_SIZES],
+    )
+    pool = models.CharField(max_length=16, choices=Pool.choices, default=Pool.ONLINE)
+    served_model_name = models.CharField(
+        max_length=128,
+        blank=True,
+        help_text="The `model` name the engine answers to; defaults to the catalog model's name.",
+    )
+    # Replicas.
+    scaling_mode = models.CharField(max_length=12, choices=ScalingMode.choices, default=ScalingMode.FIXED)
+    num_replicas = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(64)]
+    )
+    min_replicas = models.PositiveSmallIntegerField(default=1, validators=[MaxValueValidator(64)])
+    max_replicas = models.PositiveSmallIntegerField(
+        default=2, validators=[MinValueValidator(1), MaxValueValidator(64)]
+    )
+    target_ongoing_requests = models.PositiveIntegerField(
+        default=32, validators=[MinValueValidator(1)], help_text="Autoscaling target per replica"
+    )
+    # Engine arguments (names as in `vllm serve`).
+    max_model_len = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(16)], help_text="Empty: the model's context"
+    )
+    max_num_seqs = models.PositiveIntegerField(default=256, validators=[MinValueValidator(1)])
+    max_num_batched_tokens = models.PositiveIntegerField(default=8192, validators=[MinValueValidator(1)])
+    gpu_memory_utilization = models.FloatField(
+        default=0.9, validators=[MinValueValidator(0.05), MaxValueValidator(1.0)]
+    )
+    enable_prefix_caching = models.BooleanField(default=True)
+    quantization = models.CharField(max_length=24, choices=Quantization.choices, default="", blank=True)
+    kv_cache_dtype = models.CharField(max_length=12, choices=KvCacheDtype.choices, default=KvCacheDtype.AUTO)
+    extra_engine_args = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="More engine arguments passed through unchanged (a JSON object).",
+    )
+    import_path_override = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Advanced: serve with your own Ray Serve builder (module:function) instead of the engine's.",
+    )
+    time_scale = models.FloatField(
+        default=1.0,
+        validators=[MinValueValidator(0.0)],
+        help_text="Simulated engines only: 1 = real time, 0 = no sleeping",
+    )
+    desired_state = models.CharField(max_length=8, choices=DesiredState.choices, default=DesiredState.RUNNING)
+
+    # Observed state, written by the reconciler.
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    status_message = models.TextField(blank=True)
+    status_changed_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    observed_at = models.DateTimeField(null=True, blank=True)
+    running_replicas = models.PositiveSmallIntegerField(default=0)
+    ray_app_status = models.CharField(max_length=16, blank=True)
+    ray_deployments = models.JSONField(
+        default=list, blank=True, help_text="Ray's deployments and replicas of this app, as last seen"
+    )
+
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = DeploymentQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["slug"], condition=Q(deleted_at__isnull=True), name="unique_live_deployment_slug"
+            ),
+            models.CheckConstraint(
+                condition=Q(min_replicas__lte=models.F("max_replicas")), name="deployment_min_le_max_replicas"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("deployments:detail", args=[self.pk])
+
+    @property
+    def app_name(self) -> str:
+        """The Ray Serve application name."""
+        return self.slug
+
+    @property
+    def route_prefix(self) -> str:
+        return f"/d/{self.slug}"
+
+    @property
+    def openai_base_url(self) -> str:
+        """Where the OpenAI API of this deployment answers through Ray Serve's HTTP proxy."""
+        return settings.RAY_SERVE_URL.rstrip("/") + self.route_prefix + "/v1"
+
+    @property
+    def effective_served_model_name(self) -> str:
+        return self.served_model_name or self.model_version.model.name
+
+    @property
+    def is_deleted(self) -> bool:
+        return self.deleted_at is not None
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel_size if self.engine_kind != EngineKind.VLLM_CPU else 0
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.engine_kind in (EngineKind.VLLM, EngineKind.SIMULATED) and not self.gpu_type_id:
+            errors["gpu_type"] = "vLLM and simulated engines need a GPU type."
+        if self.scaling_mode == ScalingMode.AUTOSCALING and self.min_replicas > self.max_replicas:
+            errors["min_replicas"] = "Minimum replicas cannot exceed the maximum."
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            # vLLM refuses this too: every running sequence needs one decode token per step.
+            errors["max_num_batched_tokens"] = "Must be at least max_num_seqs."
+        if not isinstance(self.extra_engine_args, dict):
+            errors["extra_engine_args"] = "Must be a JSON object."
+        if self.import_path_override and ":" not in self.import_path_override:
+            errors["import_path_override"] = "Use module:function."
+        if errors:
+            raise ValidationError(errors)
+
+    def replicas_summary(self) -> str:
+        if self.scaling_mode == ScalingMode.AUTOSCALING:
+            return f"{self.min_replicas}–{self.max_replicas} (target {self.target_ongoing_requests} ongoing)"
+        return str(self.num_replicas)
+
+
+class DeploymentEvent(models.Model):
+    """One entry of a deployment's append-only timeline: who did what, or what Ray reported.
+
+    Rows are never updated or deleted (``save`` refuses updates; the delete is soft on the parent).
+    """
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.PROTECT, related_name="events")
+    kind = models.CharField(max_length=12, choices=EventKind.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    message = models.TextField(blank=True)
+    before = models.JSONField(default=dict, blank=True)
+    after = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id} {self.kind} {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise ValueError("Deployment events are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError("Deployment events are append-only.")
+
+
+class ReconcileRun(models.Model):
+    """One pass of the reconciler, for the console ("last synced …") and for proving the lock.
+
+    ``locked_at``..``finished_at`` is the critical section; two runs never overlap there.
+    """
+
+    class Outcome(models.TextChoices):
+        RUNNING = "running", "running"
+        APPLIED = "applied", "config sent"
+        UNCHANGED = "unchanged", "config unchanged"
+        UNREACHABLE = "unreachable", "cluster unreachable"
+        REJECTED = "rejected", "Ray rejected the config"
+
+    trigger = models.CharField(max_length=32, default="manual")
+    started_at = models.DateTimeField(auto_now_add=True)
+    locked_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=12, choices=Outcome.choices, default=Outcome.RUNNING)
+    config_hash = models.CharField(max_length=64, blank=True)
+    applications = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"reconcile {self.pk} {self.outcome}"
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.finished_at and self.locked_at:
+            return (self.finished_at - self.locked_at).total_seconds() * 1000
+        return None
+
+
+class ModelRoute(models.Model):
+    """A public model name the gateway serves, split by weight over deployments (``RouteTarget``)."""
+
+    public_name = models.CharField(max_length=128, unique=True, validators=[public_name_validator])
+    description = models.CharField(max_length=256, blank=True)
+    long_context_threshold_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Prompts longer than this go to the long-context pool, when the route has one.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["public_name"]
+
+    def __str__(self) -> str:
+        return self.public_name
+
+    def get_absolute_url(self) -> str:
+        return reverse("deployments:route_detail", args=[self.pk])
+
+
+class RouteTarget(models.Model):
+    """A deployment serving a route, with its traffic weight (0 drains it without removing it)."""
+
+    route = models.ForeignKey(ModelRoute, on_delete=models.CASCADE, related_name="targets")
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="route_targets")
+    weight = models.PositiveIntegerField(default=100, validators=[MaxValueValidator(1_000_000)])
+
+    class Meta:
+        ordering = ["route__public_name", "deployment__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["route", "deployment"], name="unique_target_per_route"),
+            models.CheckConstraint(condition=Q(weight__gte=0), name="route_target_weight_non_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.route} → {self.deployment} ({self.weight})"

@@ -18,3 +18,12 @@ app.autodiscover_tasks(["workers", "catalog", "billing", "deployments", "evaluat
 
 # Periodic work. Entries are added by the apps that own the work (see each tasks.py docstring).
 app.conf.beat_schedule = {}
+
+# deployments: reconcile Ray Serve with the desired deployments (also triggered on every change).
+app.conf.beat_schedule["deployments-reconcile"] = {
+    "task": "deployments.reconcile",
+    "schedule": float(os.environ.get("RAY_RECONCILE_INTERVAL_S") or 10.0),
+    "kwargs": {"trigger": "beat"},
+    # A tick that waited in the queue longer than the interval is superseded by the next one.
+    "options": {"expires": float(os.environ.get("RAY_RECONCILE_INTERVAL_S") or 10.0)},
+}

@@ -1,0 +1,61 @@
+from django.contrib import admin
+
+from deployments.models import Deployment, DeploymentEvent, ModelRoute, ReconcileRun, RouteTarget
+
+
+@admin.register(Deployment)
+class DeploymentAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "slug",
+        "model_version",
+        "engine_kind",
+        "gpu_type",
+        "desired_state",
+        "status",
+        "deleted_at",
+    ]
+    list_filter = ["engine_kind", "desired_state", "status", "pool"]
+    search_fields = ["name", "slug"]
+    readonly_fields = [
+        "status",
+        "status_message",
+        "status_changed_at",
+        "last_error",
+        "last_error_at",
+        "observed_at",
+        "running_replicas",
+        "ray_app_status",
+        "ray_deployments",
+    ]
+
+
+@admin.register(DeploymentEvent)
+class DeploymentEventAdmin(admin.ModelAdmin):
+    """Read-only: the timeline is append-only."""
+
+    list_display = ["created_at", "deployment", "kind", "actor"]
+    list_filter = ["kind"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ReconcileRun)
+class ReconcileRunAdmin(admin.ModelAdmin):
+    list_display = ["started_at", "trigger", "outcome", "applications", "config_hash"]
+    list_filter = ["outcome", "trigger"]
+
+
+class RouteTargetInline(admin.TabularInline):
+    model = RouteTarget
+    extra = 0
+
+
+@admin.register(ModelRoute)
+class ModelRouteAdmin(admin.ModelAdmin):
+    list_display = ["public_name", "long_context_threshold_tokens"]
+    inlines = [RouteTargetInline]

@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from deployments.models import Deployment, DeploymentEvent, ModelRoute, ReconcileRun, RouteTarget
+from deployments.services import CREATE_FIELDS
+
+OBSERVED_FIELDS = [
+    "status",
+    "status_message",
+    "status_changed_at",
+    "last_error",
+    "last_error_at",
+    "observed_at",
+    "running_replicas",
+    "ray_app_status",
+    "ray_deployments",
+]
+
+
+class DeploymentSerializer(serializers.ModelSerializer):
+    """Desired fields are writable on create; observed ones (what Ray reports) are read-only."""
+
+    openai_base_url = serializers.CharField(read_only=True)
+    route_prefix = serializers.CharField(read_only=True)
+    model_version_name = serializers.CharField(source="model_version.__str__", read_only=True)
+    gpu_type_name = serializers.CharField(source="gpu_type.name", read_only=True, default=None)
+    preflight_warnings = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Deployment
+        fields = [
+            "id",
+            *CREATE_FIELDS,
+            "model_version_name",
+            "gpu_type_name",
+            "openai_base_url",
+            "route_prefix",
+            *OBSERVED_FIELDS,
+            "preflight_warnings",
+            "created_by",
+            "created_at",
+            "updated_at",
+            "deleted_at",
+        ]
+        read_only_fields = [*OBSERVED_FIELDS, "created_by", "created_at", "updated_at", "deleted_at"]
+
+    def get_preflight_warnings(self, obj) -> list[str]:
+        return list(getattr(obj, "_preflight_warnings", []))
+
+
+class ScaleSerializer(serializers.Serializer):
+    scaling_mode = serializers.ChoiceField(choices=["fixed", "autoscaling"], default="fixed")
+    num_replicas = serializers.IntegerField(min_value=1, max_value=64, required=False)
+    min_replicas = serializers.IntegerField(min_value=0, max_value=64, required=False)
+    max_replicas = serializers.IntegerField(min_value=1, max_value=64, required=False)
+    target_ongoing_requests = serializers.IntegerField(min_value=1, required=False)
+
+    def validate(self, attrs):
+        if attrs["scaling_mode"] == "fixed" and "num_replicas" not in attrs:
+            raise serializers.ValidationError({"num_replicas": "Required for fixed replicas."})
+        return attrs
+
+
+class DeploymentEventSerializer(serializers.ModelSerializer):
+    actor = serializers.StringRelatedField()
+
+    class Meta:
+        model = DeploymentEvent
+        fields = ["id", "deployment", "kind", "actor", "message", "before", "after", "created_at"]
+
+
+class ReconcileRunSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ReconcileRun
+        fields = [
+            "id",
+            "trigger",
+            "started_at",
+            "locked_at",
+            "finished_at",
+            "outcome",
+            "config_hash",
+            "applications",
+            "error",
+        ]
+
+
+class RouteTargetSerializer(serializers.ModelSerializer):
+    deployment_slug = serializers.CharField(source="deployment.slug", read_only=True)
+
+    class Meta:
+        model = RouteTarget
+        fields = ["id", "route", "deployment", "deployment_slug", "weight"]
+
+
+class ModelRouteSerializer(serializers.ModelSerializer):
+    targets = RouteTargetSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = ModelRoute
+        fields = [
+            "id",
+            "public_name",
+            "description",
+            "long_context_threshold_tokens",
+            "targets",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["created_at", "updated_at"]

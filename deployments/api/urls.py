@@ -1,0 +1,19 @@
+from django.urls import path
+from rest_framework.routers import DefaultRouter
+
+from deployments.api import views
+
+app_name = "deployments-api"
+
+router = DefaultRouter()
+router.register("deployments", views.DeploymentViewSet, basename="deployment")
+router.register("routes", views.ModelRouteViewSet, basename="route")
+router.register("route-targets", views.RouteTargetViewSet, basename="route-target")
+router.register("reconcile-runs", views.ReconcileRunViewSet, basename="reconcile-run")
+
+urlpatterns = [
+    path("routing-table/", views.routing_table_view, name="routing-table"),
+    path("serve-config/", views.serve_config_view, name="serve-config"),
+    path("reconcile/", views.reconcile_view, name="reconcile"),
+    *router.urls,
+]

@@ -1,0 +1,69 @@
+"""Demo deployments: two simulated engines that come up RUNNING when the platform starts, and routes.
+
+``governor.demo.seed_demo`` calls ``seed_demo`` inside its transaction; the reconcile enqueued on
+commit waits in Redis until the worker starts, then retries until the local Ray head answers.
+"""
+
+from __future__ import annotations
+
+from catalog.models import GpuType, ModelVersion
+from deployments import services
+from deployments.constants import EngineKind, Pool
+from deployments.models import Deployment, ModelRoute
+
+DEMO_DEPLOYMENTS = [
+    {
+        "slug": "llama-3-1-8b-h100",
+        "name": "Llama 3.1 8B bf16 · H100",
+        "model": "Llama-3.1-8B-Instruct",
+        "label": "bf16",
+        "gpu": "H100 SXM",
+        "route": "llama-3.1-8b",
+        "description": "Llama 3.1 8B Instruct, general chat",
+        # The KV pool holds 56 sequences of 8k tokens on one H100, so 48 never preempts.
+        "max_model_len": 8192,
+        "max_num_seqs": 48,
+    },
+    {
+        "slug": "mistral-7b-l40s",
+        "name": "Mistral 7B bf16 · L40S",
+        "model": "Mistral-7B-Instruct-v0.3",
+        "label": "bf16",
+        "gpu": "L40S",
+        "route": "mistral-7b",
+        "description": "Mistral 7B Instruct v0.3, cheap and fast",
+        # 28 sequences of 8k fit the KV pool of one L40S.
+        "max_model_len": 8192,
+        "max_num_seqs": 24,
+    },
+]
+
+
+def seed_demo(*, users: dict, tenants: dict) -> None:
+    """Create the demo deployments and routes once (an existing slug is left as the admin left it)."""
+    admin = users.get("admin")
+    for spec in DEMO_DEPLOYMENTS:
+        deployment = Deployment.objects.live().filter(slug=spec["slug"]).first()
+        if deployment is None:
+            version = ModelVersion.objects.get(model__name=spec["model"], label=spec["label"])
+            deployment, _ = services.deployment_create(
+                actor=admin,
+                name=spec["name"],
+                slug=spec["slug"],
+                model_version=version,
+                engine_kind=EngineKind.SIMULATED,
+                gpu_type=GpuType.objects.get(name=spec["gpu"]),
+                tensor_parallel_size=1,
+                pool=Pool.ONLINE,
+                num_replicas=1,
+                max_model_len=spec["max_model_len"],
+                max_num_seqs=spec["max_num_seqs"],
+                max_num_batched_tokens=8192,
+            )
+        route = ModelRoute.objects.filter(public_name=spec["route"]).first()
+        if route is None:
+            route = services.model_route_save(
+                route=ModelRoute(public_name=spec["route"], description=spec["description"])
+            )
+        if not route.targets.exists():
+            services.route_target_set(route=route, deployment=deployment, weight=100)

@@ -1,0 +1,69 @@
+"""Reads of the deployments app, including the routing table the gateway serves."""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch, QuerySet
+
+from deployments.models import Deployment, DeploymentEvent, ModelRoute, ReconcileRun, RouteTarget
+
+
+def deployment_list(*, include_deleted: bool = False, status: str | None = None) -> QuerySet[Deployment]:
+    """Deployments for the list page and the API, with what they display joined in."""
+    qs = Deployment.objects.select_related("model_version__model", "gpu_type")
+    if not include_deleted:
+        qs = qs.live()
+    if status:
+        qs = qs.filter(status=status)
+    return qs.order_by("name", "pk")
+
+
+def deployment_get(*, pk: int) -> Deployment:
+    return Deployment.objects.select_related("model_version__model", "gpu_type", "created_by").get(pk=pk)
+
+
+def deployment_events(*, deployment: Deployment, limit: int = 100) -> QuerySet[DeploymentEvent]:
+    return deployment.events.select_related("actor").order_by("-created_at", "-id")[:limit]
+
+
+def last_reconcile() -> ReconcileRun | None:
+    """The latest finished reconcile (what the console shows as "last synced")."""
+    return ReconcileRun.objects.filter(finished_at__isnull=False).order_by("-finished_at", "-id").first()
+
+
+def route_list() -> QuerySet[ModelRoute]:
+    targets = RouteTarget.objects.select_related("deployment").filter(deployment__deleted_at__isnull=True)
+    return ModelRoute.objects.prefetch_related(Prefetch("targets", queryset=targets)).order_by("public_name")
+
+
+def routing_table() -> dict:
+    """``{public_name: {"long_context_threshold", "targets": [...]}}`` for the gateway's snapshot.
+
+    Every live target is listed with its observed ``status``; the gateway sends traffic only to
+    RUNNING ones with a positive weight. Stopped and failed deployments stay listed so the gateway
+    can say why a model is unavailable.
+    """
+    table: dict = {}
+    targets = RouteTarget.objects.select_related("deployment__model_version__model").filter(
+        deployment__deleted_at__isnull=True
+    )
+    routes = ModelRoute.objects.prefetch_related(Prefetch("targets", queryset=targets)).order_by(
+        "public_name"
+    )
+    for route in routes:
+        table[route.public_name] = {
+            "long_context_threshold": route.long_context_threshold_tokens,
+            "targets": [
+                {
+                    "deployment_id": t.deployment_id,
+                    "deployment_slug": t.deployment.slug,
+                    "version_id": t.deployment.model_version_id,
+                    "base_url": t.deployment.openai_base_url,
+                    "engine_model": t.deployment.effective_served_model_name,
+                    "weight": t.weight,
+                    "pool": t.deployment.pool,
+                    "status": t.deployment.status,
+                }
+                for t in sorted(route.targets.all(), key=lambda t: t.deployment.slug)
+            ],
+        }
+    return table

@@ -1,0 +1,344 @@
+"""Deployment and routing writes. Views and the API call these; they own validation and transactions.
+
+Every change ends with two ``transaction.on_commit`` hooks: a reconcile task (so Ray follows the
+new desired state) and, when the routing table changed, the gateway snapshot publish.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from catalog.models import GpuType, ModelVersion
+from deployments.compiler import effective_kv_cache_dtype, effective_precision
+from deployments.constants import DesiredState, EngineKind, EventKind, ScalingMode
+from deployments.models import Deployment, DeploymentEvent, ModelRoute, RouteTarget
+from engines.memory import GIB, MIN_KV_RESERVE_TOKENS, MemoryEstimate, estimate_memory
+
+log = logging.getLogger(__name__)
+
+# Fields an admin sets when creating a deployment (the rest is observed state).
+CREATE_FIELDS = (
+    "name",
+    "slug",
+    "model_version",
+    "engine_kind",
+    "gpu_type",
+    "tensor_parallel_size",
+    "pool",
+    "served_model_name",
+    "scaling_mode",
+    "num_replicas",
+    "min_replicas",
+    "max_replicas",
+    "target_ongoing_requests",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "quantization",
+    "kv_cache_dtype",
+    "extra_engine_args",
+    "import_path_override",
+    "time_scale",
+    "desired_state",
+)
+SCALE_FIELDS = ("scaling_mode", "num_replicas", "min_replicas", "max_replicas", "target_ongoing_requests")
+
+
+# --- preflight -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Preflight:
+    """Whether a deployment fits its GPUs: errors refuse it, warnings are shown and allowed."""
+
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    estimate: MemoryEstimate | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def deployment_preflight(*, deployment: Deployment) -> Preflight:
+    """Fit the weights plus a minimum KV reserve on the deployment's GPUs; explain with numbers.
+
+    Refuses when ``weights + activation reserve + min(max_model_len, 4096) tokens of KV`` exceed
+    ``GPU memory × GPUs × gpu_memory_utilization``; warns when the KV pool holds fewer sequences of
+    ``max_model_len`` tokens than ``max_num_seqs`` (vLLM would then queue or preempt under load).
+    """
+    result = Preflight()
+    version = deployment.model_version
+    model = version.model
+    if deployment.max_model_len and deployment.max_model_len > model.max_context:
+        result.errors.append(
+            f"max_model_len {deployment.max_model_len:,} exceeds {model.name}'s context of {model.max_context:,} tokens."
+        )
+    tp = deployment.tensor_parallel_size
+    if model.attention_heads % tp or model.kv_heads % tp and tp % model.kv_heads:
+        # vLLM shards attention heads over TP ranks; KV heads are replicated when TP > kv_heads.
+        result.errors.append(
+            f"Tensor parallel size {tp} does not divide {model.name}'s {model.attention_heads} attention heads "
+            f"/ {model.kv_heads} KV heads."
+        )
+    if deployment.engine_kind == EngineKind.VLLM_CPU or deployment.gpu_type is None:
+        return result
+    spec = model.to_spec(
+        precision=effective_precision(deployment), kv_cache_dtype=effective_kv_cache_dtype(deployment)
+    )
+    context = deployment.max_model_len or model.max_context
+    estimate = estimate_memory(
+        model=spec,
+        gpu=deployment.gpu_type.to_spec(),
+        tensor_parallel=tp,
+        gpu_memory_utilization=deployment.gpu_memory_utilization,
+        context_len=context,
+    )
+    result.estimate = estimate
+    min_kv_tokens = min(context, MIN_KV_RESERVE_TOKENS)
+    min_kv_bytes = min_kv_tokens * estimate.kv_bytes_per_token
+    need = estimate.weight_bytes + estimate.activation_reserve_bytes + min_kv_bytes
+    if not estimate.fits:
+        result.errors.append(
+            f"Does not fit: weights {estimate.weight_bytes / GIB:.1f} GiB ({spec.precision}) + activation reserve "
+            f"{estimate.activation_reserve_bytes / GIB:.1f} GiB + minimum KV reserve {min_kv_tokens:,} tokens × "
+            f"{estimate.kv_bytes_per_token / 1024:.0f} KiB = {min_kv_bytes / GIB:.2f} GiB → needs {need / GIB:.1f} GiB, "
+            f"but {tp} × {deployment.gpu_type.name} ({float(deployment.gpu_type.memory_gib):.0f} GiB) × "
+            f"gpu_memory_utilization {deployment.gpu_memory_utilization:.2f} = {estimate.usable_bytes / GIB:.1f} GiB usable. "
+            f"Use more GPUs per replica, a larger GPU or a quantized version."
+        )
+    elif estimate.max_concurrent_seqs < deployment.max_num_seqs:
+        result.warnings.append(
+            f"The KV cache holds {estimate.kv_capacity_tokens:,} tokens = {estimate.max_concurrent_seqs:,} sequences of "
+            f"max_model_len {context:,}, fewer than max_num_seqs {deployment.max_num_seqs:,}: long requests will "
+            f"queue or be preempted. Lower max_model_len or max_num_seqs, or add GPUs."
+        )
+    return result
+
+
+def _raise_preflight(preflight: Preflight) -> None:
+    if preflight.errors:
+        raise ValidationError({"__all__": preflight.errors})
+
+
+# --- hooks ---------------------------------------------------------------------------------------
+
+
+def reconcile_on_commit(*, trigger: str) -> None:
+    """Ask a worker to reconcile once this transaction commits (the beat catches up if this fails)."""
+
+    def _enqueue() -> None:
+        from deployments.tasks import reconcile
+
+        try:
+            reconcile.delay(trigger=trigger)
+        except Exception:  # noqa: BLE001 - broker down: the beat schedule reconciles later
+            log.exception("could not enqueue a reconcile; the periodic one will catch up")
+
+    transaction.on_commit(_enqueue)
+
+
+def gateway_snapshot_publish_on_commit() -> None:
+    """Republish the gateway snapshot after commit, when the billing app provides the publisher."""
+
+    def _publish() -> None:
+        try:
+            from billing.services_gateway import snapshot_publish
+        except ImportError:
+            return
+        try:
+            snapshot_publish()
+        except Exception:  # noqa: BLE001 - Redis down: the gateway's periodic republish catches up
+            log.exception("gateway snapshot publish failed")
+
+    transaction.on_commit(_publish)
+
+
+def _event(deployment: Deployment, kind: str, actor, message: str = "", before=None, after=None) -> None:
+    DeploymentEvent.objects.create(
+        deployment=deployment,
+        kind=kind,
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        message=message,
+        before=before or {},
+        after=after or {},
+    )
+
+
+def _changed(deployment: Deployment, kind: str, actor, message: str = "", before=None, after=None) -> None:
+    _event(deployment, kind, actor, message, before, after)
+    reconcile_on_commit(trigger=kind)
+    gateway_snapshot_publish_on_commit()
+
+
+# --- deployments ---------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def deployment_create(*, actor, **fields) -> tuple[Deployment, Preflight]:
+    """Create a deployment after its preflight; returns it with the preflight's warnings."""
+    unknown = set(fields) - set(CREATE_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown deployment fields: {sorted(unknown)}")
+    deployment = Deployment(created_by=actor if actor and actor.is_authenticated else None, **fields)
+    if not deployment.served_model_name and deployment.model_version_id:
+        deployment.served_model_name = deployment.model_version.model.name
+    deployment.full_clean(validate_constraints=True)
+    preflight = deployment_preflight(deployment=deployment)
+    _raise_preflight(preflight)
+    deployment.save()
+    _changed(
+        deployment,
+        EventKind.CREATED,
+        actor,
+        message="; ".join(preflight.warnings),
+        after={
+            "model_version": str(deployment.model_version),
+            "engine_kind": deployment.engine_kind,
+            "gpu_type": str(deployment.gpu_type or ""),
+            "tensor_parallel_size": deployment.tensor_parallel_size,
+            "replicas": deployment.replicas_summary(),
+            "desired_state": deployment.desired_state,
+        },
+    )
+    return deployment, preflight
+
+
+def _locked(deployment: Deployment) -> Deployment:
+    locked = (
+        Deployment.objects.select_for_update()
+        .select_related("model_version__model", "gpu_type")
+        .get(pk=deployment.pk)
+    )
+    if locked.is_deleted:
+        raise ValidationError("This deployment was deleted.")
+    return locked
+
+
+@transaction.atomic
+def deployment_scale(
+    *,
+    deployment: Deployment,
+    actor,
+    scaling_mode: str = ScalingMode.FIXED,
+    num_replicas: int | None = None,
+    min_replicas: int | None = None,
+    max_replicas: int | None = None,
+    target_ongoing_requests: int | None = None,
+) -> Deployment:
+    """Change the replica count or the autoscaling bounds."""
+    d = _locked(deployment)
+    before = {f: getattr(d, f) for f in SCALE_FIELDS}
+    d.scaling_mode = scaling_mode
+    for name, value in (
+        ("num_replicas", num_replicas),
+        ("min_replicas", min_replicas),
+        ("max_replicas", max_replicas),
+        ("target_ongoing_requests", target_ongoing_requests),
+    ):
+        if value is not None:
+            setattr(d, name, value)
+    d.full_clean()
+    after = {f: getattr(d, f) for f in SCALE_FIELDS}
+    if after == before:
+        return d
+    d.save(update_fields=[*SCALE_FIELDS, "updated_at"])
+    _changed(
+        d, EventKind.SCALED, actor, f"replicas {_summary(before)} → {d.replicas_summary()}", before, after
+    )
+    return d
+
+
+def _summary(values: dict) -> str:
+    if values["scaling_mode"] == ScalingMode.AUTOSCALING:
+        return f"{values['min_replicas']}–{values['max_replicas']}"
+    return str(values["num_replicas"])
+
+
+@transaction.atomic
+def deployment_stop(*, deployment: Deployment, actor) -> Deployment:
+    """Take the deployment off Ray (its row, settings and routes stay)."""
+    return _set_desired(deployment, actor, DesiredState.STOPPED, EventKind.STOPPED)
+
+
+@transaction.atomic
+def deployment_start(*, deployment: Deployment, actor) -> Deployment:
+    """Put a stopped deployment back on Ray, after the preflight passes again."""
+    d = _locked(deployment)
+    _raise_preflight(deployment_preflight(deployment=d))
+    return _set_desired(d, actor, DesiredState.RUNNING, EventKind.STARTED)
+
+
+def _set_desired(deployment: Deployment, actor, state: str, kind: str) -> Deployment:
+    d = _locked(deployment)
+    if d.desired_state == state:
+        return d
+    before = {"desired_state": d.desired_state}
+    d.desired_state = state
+    d.save(update_fields=["desired_state", "updated_at"])
+    _changed(d, kind, actor, before=before, after={"desired_state": state})
+    return d
+
+
+@transaction.atomic
+def deployment_delete(*, deployment: Deployment, actor) -> Deployment:
+    """Soft-delete: Ray drops the app at the next reconcile; the row and its events remain."""
+    d = _locked(deployment)
+    d.deleted_at = timezone.now()
+    d.save(update_fields=["deleted_at", "updated_at"])
+    d.route_targets.all().delete()
+    _changed(d, EventKind.DELETED, actor, before={"desired_state": d.desired_state}, after={"deleted": True})
+    return d
+
+
+# --- routing table -------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def model_route_save(*, route: ModelRoute) -> ModelRoute:
+    """Create or update a route (public model name) and republish the gateway snapshot."""
+    route.full_clean()
+    route.save()
+    gateway_snapshot_publish_on_commit()
+    return route
+
+
+@transaction.atomic
+def model_route_delete(*, route: ModelRoute) -> None:
+    route.delete()
+    gateway_snapshot_publish_on_commit()
+
+
+@transaction.atomic
+def route_target_set(*, route: ModelRoute, deployment: Deployment, weight: int) -> RouteTarget:
+    """Add a deployment to a route, or change its weight (0 keeps it but sends it nothing)."""
+    if deployment.is_deleted:
+        raise ValidationError({"deployment": "This deployment was deleted."})
+    if weight < 0:
+        raise ValidationError({"weight": "Weights are 0 or more."})
+    target, _ = RouteTarget.objects.update_or_create(
+        route=route, deployment=deployment, defaults={"weight": weight}
+    )
+    gateway_snapshot_publish_on_commit()
+    return target
+
+
+@transaction.atomic
+def route_target_delete(*, target: RouteTarget) -> None:
+    target.delete()
+    gateway_snapshot_publish_on_commit()
+
+
+def deployment_defaults_for(*, model_version: ModelVersion, gpu_type: GpuType | None) -> dict:
+    """Sensible initial form values for a version on a GPU (its KV dtype, a context that fits)."""
+    return {
+        "kv_cache_dtype": model_version.kv_cache_dtype,
+        "served_model_name": model_version.model.name,
+    }

@@ -1,0 +1,63 @@
+"""Celery tasks of the deployments app: thin wrappers around ``deployments.reconciler``.
+
+- ``deployments.reconcile``: enqueued on every change (``transaction.on_commit``) and by beat
+  (``workers.celery`` schedule, every ``RAY_RECONCILE_INTERVAL_S``). Retries with exponential
+  backoff and jitter while Ray is unreachable (beat runs do not retry: the next tick is the retry).
+- ``deployments.watch``: polls Ray's status every second while an application is changing, so the
+  console sees DEPLOYING → RUNNING without waiting for the next beat tick. One chain at a time.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from celery import shared_task
+from django.core.cache import cache
+
+from deployments.ray_client import RayUnreachable
+from deployments.reconciler import LockBusy, deployments_observe, deployments_reconcile
+
+WATCH_TOKEN_KEY = "deployments:watch-token"
+WATCH_INTERVAL_S = 1.0
+WATCH_MAX_STEPS = 900  # 15 minutes: model downloads on GPU clusters take a while
+
+
+def _start_watch() -> None:
+    token = uuid.uuid4().hex
+    cache.set(WATCH_TOKEN_KEY, token, timeout=int(WATCH_MAX_STEPS * WATCH_INTERVAL_S) + 60)
+    watch.apply_async(kwargs={"token": token, "step": 0}, countdown=WATCH_INTERVAL_S)
+
+
+@shared_task(
+    name="deployments.reconcile",
+    bind=True,
+    autoretry_for=(RayUnreachable, LockBusy),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    retry_jitter=True,
+    max_retries=8,
+    soft_time_limit=240,
+    time_limit=300,
+)
+def reconcile(self, trigger: str = "beat") -> dict:
+    """Make Ray Serve match the desired deployments; returns the run's outcome."""
+    try:
+        run = deployments_reconcile(trigger=trigger)
+    except (RayUnreachable, LockBusy):
+        if trigger == "beat":
+            return {"outcome": "unreachable", "retry": "next beat tick"}
+        raise
+    finally:
+        # Whatever happened, keep the console's status fresh while anything moves.
+        _start_watch()
+    return {"run": run.pk, "outcome": run.outcome, "applications": run.applications}
+
+
+@shared_task(name="deployments.watch", soft_time_limit=60, time_limit=90, ignore_result=True)
+def watch(token: str, step: int = 0) -> None:
+    """Store Ray's status; look again in a second while something is changing (newest chain only)."""
+    if cache.get(WATCH_TOKEN_KEY) != token:
+        return  # a newer reconcile started its own chain
+    moving = deployments_observe()
+    if moving and step < WATCH_MAX_STEPS:
+        watch.apply_async(kwargs={"token": token, "step": step + 1}, countdown=WATCH_INTERVAL_S)

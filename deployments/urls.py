@@ -1,0 +1,28 @@
+from django.urls import path
+
+from deployments import views
+
+app_name = "deployments"
+
+urlpatterns = [
+    path("", views.DeploymentListView.as_view(), name="list"),
+    path("new/", views.DeploymentCreateView.as_view(), name="create"),
+    path("serve-config/", views.ServeConfigView.as_view(), name="serve_config"),
+    path("reconcile/", views.ReconcileNowView.as_view(), name="reconcile"),
+    path("<int:pk>/", views.DeploymentDetailView.as_view(), name="detail"),
+    path("<int:pk>/scale/", views.DeploymentScaleView.as_view(), name="scale"),
+    path("<int:pk>/stop/", views.DeploymentStopView.as_view(), name="stop"),
+    path("<int:pk>/start/", views.DeploymentStartView.as_view(), name="start"),
+    path("<int:pk>/delete/", views.DeploymentDeleteView.as_view(), name="delete"),
+    path("routes/", views.RouteListView.as_view(), name="route_list"),
+    path("routes/new/", views.RouteFormView.as_view(), name="route_create"),
+    path("routes/<int:pk>/", views.RouteDetailView.as_view(), name="route_detail"),
+    path("routes/<int:pk>/edit/", views.RouteFormView.as_view(), name="route_edit"),
+    path("routes/<int:pk>/delete/", views.RouteDeleteView.as_view(), name="route_delete"),
+    path("routes/<int:pk>/targets/", views.RouteTargetSetView.as_view(), name="route_target_set"),
+    path(
+        "routes/<int:pk>/targets/<int:target_pk>/delete/",
+        views.RouteTargetDeleteView.as_view(),
+        name="route_target_delete",
+    ),
+]
