@@ -17,7 +17,7 @@ class DeploymentFactory(factory.django.DjangoModelFactory):
 
     name = factory.Sequence(lambda n: f"Bench deployment {n}")
     slug = factory.Sequence(lambda n: f"bench-{n}")
-    model_version = factory.SubFactory(ModelVersionFactory, label="bf16")
+    model_version = factory.SubFactory(ModelVersionFactory, label=factory.Sequence(lambda n: f"bf16-{n}"))
     engine_kind = "simulated"
     gpu_type = factory.SubFactory(GpuTypeFactory)
     tensor_parallel_size = 2

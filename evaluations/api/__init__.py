@@ -1,0 +1,1 @@
+"""REST API of benchmark runs (mounted at /api/evaluations/)."""

@@ -1,0 +1,18 @@
+"""Benchmark pages, mounted by the lead at ``/benchmarks/``."""
+
+from django.urls import path
+
+from evaluations import views
+
+app_name = "evaluations"
+
+urlpatterns = [
+    path("", views.RunListView.as_view(), name="run_list"),
+    path("new/", views.RunCreateView.as_view(), name="run_create"),
+    path("compare/", views.RunCompareView.as_view(), name="run_compare"),
+    path("<int:pk>/", views.RunDetailView.as_view(), name="run_detail"),
+    path("<int:pk>/progress/", views.RunProgressView.as_view(), name="run_progress"),
+    path("<int:pk>/cancel/", views.RunCancelView.as_view(), name="run_cancel"),
+    path("<int:pk>/export.json", views.RunExportJsonView.as_view(), name="run_export_json"),
+    path("<int:pk>/export.csv", views.RunExportCsvView.as_view(), name="run_export_csv"),
+]
