@@ -122,12 +122,13 @@ def start_gateway(
     tmp: Path, *, database_url: str | None, name: str = "gateway", workers: int = 1, **extra
 ) -> tuple[Proc, str]:
     port = free_port()
-    env = subprocess_env(
-        GATEWAY_KEY_PREFIX=PREFIX,
-        GATEWAY_SPOOL_DIR=str(tmp / f"{name}-spool"),
-        GATEWAY_SHIP_INTERVAL_S="0.2",
-        **{k: str(v) for k, v in extra.items()},
-    )
+    settings = {
+        "GATEWAY_KEY_PREFIX": PREFIX,
+        "GATEWAY_SPOOL_DIR": str(tmp / f"{name}-spool"),
+        "GATEWAY_SHIP_INTERVAL_S": "0.2",
+    }
+    settings.update({k: str(v) for k, v in extra.items()})
+    env = subprocess_env(**settings)
     if database_url is not None:
         env["GATEWAY_DATABASE_URL"] = database_url
     args = [
