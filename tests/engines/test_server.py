@@ -1,0 +1,340 @@
+"""The live simulated vLLM server over real HTTP, with the official ``openai`` client."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from engines.server import estimate_tokens
+
+
+@pytest.fixture(scope="module")
+def server(start_server):
+    return start_server("--time-scale", "10", "--max-model-len", "4096", "--max-num-seqs", "128")
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0)
+
+
+def test_models_and_health(server, client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["sim"]
+    assert httpx.get(f"{server.base}/health").status_code == 200
+
+
+def test_chat_non_streaming_usage_and_text(client):
+    content = "Tell me about paged attention. " * 10
+    r = client.chat.completions.create(
+        model="sim", messages=[{"role": "user", "content": content}], max_tokens=12, seed=3
+    )
+    assert r.object == "chat.completion"
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 12
+    assert r.usage.prompt_tokens == estimate_tokens(content) + 4 + 2
+    assert len(r.choices[0].message.content.split()) == 12
+    again = client.chat.completions.create(
+        model="sim", messages=[{"role": "user", "content": content}], max_tokens=12, seed=3
+    )
+    assert again.choices[0].message.content == r.choices[0].message.content
+    other = client.chat.completions.create(
+        model="sim", messages=[{"role": "user", "content": content}], max_tokens=12, seed=4
+    )
+    assert other.choices[0].message.content != r.choices[0].message.content
+
+
+def test_chat_streaming_with_include_usage(client):
+    stream = client.chat.completions.create(
+        model="sim",
+        messages=[{"role": "user", "content": "hello"}],
+        max_completion_tokens=20,
+        stream=True,
+        stream_options={"include_usage": True},
+        temperature=0.7,
+        extra_body={"ignore_eos": True},
+    )
+    chunks = list(stream)
+    content = [c for c in chunks if c.choices]
+    assert len(content) == 20
+    assert content[0].choices[0].delta.role == "assistant"
+    assert content[0].choices[0].delta.content
+    assert content[-1].choices[0].finish_reason == "length"
+    assert all(c.choices[0].finish_reason is None for c in content[:-1])
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 20
+    assert chunks[-1].usage.total_tokens == chunks[-1].usage.prompt_tokens + 20
+
+
+def test_streaming_without_usage_has_no_usage_chunk(client):
+    chunks = list(
+        client.chat.completions.create(
+            model="sim", messages=[{"role": "user", "content": "x"}], max_tokens=5, stream=True
+        )
+    )
+    assert len(chunks) == 5 and all(c.choices for c in chunks)
+
+
+def test_completions_stream_and_stop_string(client):
+    r = client.completions.create(model="sim", prompt="Once upon a time", max_tokens=30, seed=1)
+    text = r.choices[0].text
+    words = text.split()
+    stop = " " + words[5]  # the 6th word: a stop string that surely appears
+    s = client.completions.create(model="sim", prompt="Once upon a time", max_tokens=30, seed=1, stop=[stop])
+    assert s.choices[0].finish_reason == "stop"
+    assert stop not in s.choices[0].text
+    assert s.usage.completion_tokens < 30
+    chunks = list(
+        client.completions.create(
+            model="sim", prompt="Once upon a time", max_tokens=30, seed=1, stream=True,
+            stream_options={"include_usage": True},
+        )
+    )  # fmt: skip
+    assert "".join(c.choices[0].text for c in chunks if c.choices).strip() == text
+    assert chunks[-1].usage.prompt_tokens == estimate_tokens("Once upon a time")
+
+
+async def test_async_client_many_concurrent_streams(server):
+    client = openai.AsyncOpenAI(
+        base_url=server.v1,
+        api_key="unused",
+        max_retries=0,
+        http_client=openai.DefaultAsyncHttpxClient(limits=httpx.Limits(max_connections=200)),
+    )
+
+    async def one(i: int) -> int:
+        if i % 2:
+            r = await client.chat.completions.create(
+                model="sim", messages=[{"role": "user", "content": f"q{i}"}], max_tokens=16
+            )
+            return r.usage.completion_tokens
+        n = 0
+        stream = await client.chat.completions.create(
+            model="sim", messages=[{"role": "user", "content": f"q{i}"}], max_tokens=16, stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        async for chunk in stream:
+            if chunk.choices:
+                n += 1
+            else:
+                assert chunk.usage.completion_tokens == 16
+        return n
+
+    results = await asyncio.gather(*(one(i) for i in range(100)))
+    assert results == [16] * 100
+    await client.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"model": "nope", "messages": [{"role": "user", "content": "x"}]}, 404, "model"),
+        (
+            {"model": "sim", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1},
+            400,
+            "max_tokens",
+        ),
+        (
+            {"model": "sim", "messages": [{"role": "user", "content": "x"}], "max_tokens": "5"},
+            400,
+            "max_tokens",
+        ),
+        (
+            {"model": "sim", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"},
+            400,
+            "temperature",
+        ),
+        ({"model": "sim", "messages": [{"role": "user", "content": "x"}], "n": 2}, 400, "n"),
+        ({"model": "sim", "messages": []}, 400, "messages"),
+        ({"model": "sim", "messages": [{"role": "user", "content": "x"}], "stop": 5}, 400, "stop"),
+        ({"model": "sim", "messages": [{"role": "user", "content": "x" * 20000}]}, 400, "messages"),
+        (
+            {"model": "sim", "messages": [{"role": "user", "content": "x"}], "max_tokens": 5000},
+            400,
+            "messages",
+        ),
+        ({"model": "sim", "messages": [{"role": "user", "content": "x"}], "seed": 1.5}, 400, "seed"),
+        ({"messages": [{"role": "user", "content": "x"}]}, 400, "model"),
+    ],
+)
+def test_openai_style_errors(server, body, status, param):
+    r = httpx.post(f"{server.v1}/chat/completions", json=body)
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["param"] == param and err["message"]
+
+
+def test_malformed_json_and_unknown_route(server, client):
+    r = httpx.post(
+        f"{server.v1}/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    assert httpx.get(f"{server.base}/v2/nothing").status_code == 404
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="sim", prompt="x", max_tokens=0)
+
+
+def _wait_idle(server, timeout: float = 10.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        m = server.metrics()
+        if m["vllm:num_requests_running"] == 0 and m["vllm:kv_cache_usage_perc"] == 0:
+            return m
+        if time.monotonic() > deadline:
+            raise AssertionError(f"engine not idle: {m}")
+        time.sleep(0.05)
+
+
+def test_client_disconnect_aborts_and_frees_kv(start_server):
+    srv = start_server("--time-scale", "0.2", "--max-model-len", "4096")  # 5x slower than an H100
+    _wait_idle(srv)
+    with httpx.Client(timeout=10) as http, http.stream(
+        "POST", f"{srv.v1}/chat/completions",
+        json={"model": "sim", "messages": [{"role": "user", "content": "long " * 500}], "max_tokens": 2000,
+              "stream": True},
+    ) as resp:  # fmt: skip
+        got = 0
+        busy: dict = {}
+        for line in resp.iter_lines():
+            if line.startswith("data: {"):
+                got += 1
+                if got == 3:
+                    # Ask while still reading: leaving the iterator closes the stream.
+                    busy = srv.metrics()
+                    break
+        assert busy["vllm:num_requests_running"] == 1
+        assert busy["vllm:kv_cache_usage_perc"] > 0
+    # Leaving the block closed the connection mid-stream.
+    idle = _wait_idle(srv)
+    assert idle['vllm:request_success_total{finished_reason="abort"}'] == 1
+    # A non-streaming request that is dropped while generating is aborted too.
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{srv.v1}/completions", json={"model": "sim", "prompt": "hi", "max_tokens": 3000}, timeout=0.5
+        )
+    idle = _wait_idle(srv)
+    assert idle['vllm:request_success_total{finished_reason="abort"}'] == 2
+
+
+def test_metrics_use_vllm_names_and_count(server, client):
+    client.chat.completions.create(
+        model="sim", messages=[{"role": "user", "content": "count me"}], max_tokens=4
+    )
+    text = httpx.get(f"{server.base}/metrics").text
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:num_preemptions_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:e2e_request_latency_seconds_sum",
+        "vllm:request_queue_time_seconds_count",
+    ):
+        assert f'{name}{{model_name="sim"' in text, name
+    m = server.metrics()
+    assert m["vllm:prompt_tokens_total"] > 0
+    assert m["vllm:generation_tokens_total"] >= 4
+    assert m["vllm:time_to_first_token_seconds_count"] >= 1
+    assert m["vllm:e2e_request_latency_seconds_count"] >= 1
+
+
+def test_prefix_cache_hits_for_repeated_prompts(server, client):
+    before = server.metrics()["vllm:prefix_cache_hits_total"]
+    system = "You are a careful assistant. " * 40
+    for q in ("a?", "b?"):
+        client.chat.completions.create(
+            model="sim",
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": q}],
+            max_tokens=2,
+        )
+    assert server.metrics()["vllm:prefix_cache_hits_total"] - before >= 16 * 10
+
+
+def _stream_timings(base: str, max_tokens: int) -> tuple[float, list[float]]:
+    t0 = time.perf_counter()
+    stamps = []
+    with httpx.stream(
+        "POST", f"{base}/v1/completions",
+        json={"model": "sim", "prompt": "x", "max_tokens": max_tokens, "stream": True}, timeout=30,
+    ) as resp:  # fmt: skip
+        for line in resp.iter_lines():
+            if line.startswith("data: {"):
+                stamps.append(time.perf_counter() - t0)
+    return stamps[0], [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+
+
+def test_time_scale_follows_the_modelled_tpot(start_server):
+    srv = start_server("--time-scale", "0.5", "--max-model-len", "4096")
+    ttft, itl = _stream_timings(srv.base, 40)
+    # Modelled single-stream TPOT on H100 is ~6.9 ms; at time scale 0.5 it takes ~13.8 ms.
+    assert 0.011 <= statistics.median(itl) <= 0.022
+
+
+def test_fixed_timing_mode_gives_exact_ttft_tpot_and_capacity(start_server):
+    srv = start_server("--fixed-ttft-ms", "100", "--fixed-tpot-ms", "20", "--max-num-seqs", "2")
+    _stream_timings(srv.base, 1)  # warm up the server's first-request paths
+    ttft, itl = _stream_timings(srv.base, 11)
+    # The server's timing is exact; the client side adds connection and scheduling noise.
+    # Lower bounds are tight (the server never runs early); upper bounds leave room for a busy machine.
+    assert 0.098 <= ttft <= 0.3
+    assert 0.019 <= statistics.median(itl) <= 0.03
+
+    async def many() -> list[float]:
+        async with httpx.AsyncClient(timeout=30) as http:
+
+            async def one() -> float:
+                t0 = time.perf_counter()
+                r = await http.post(
+                    f"{srv.v1}/completions", json={"model": "sim", "prompt": "x", "max_tokens": 11}
+                )
+                assert r.status_code == 200
+                return time.perf_counter() - t0
+
+            return sorted(await asyncio.gather(*(one() for _ in range(4))))
+
+    e2e = asyncio.run(many())
+    # Two run at once (0.1 + 10 * 0.02 = 0.3 s); the other two wait for them: ~0.6 s.
+    assert 0.3 <= e2e[1] <= 0.45
+    assert 0.6 <= e2e[3] <= 0.8
+
+
+@pytest.mark.slow
+def test_a_thousand_concurrent_streams(start_server):
+    srv = start_server("--time-scale", "20", "--max-num-seqs", "1024", "--max-num-batched-tokens", "8192")
+
+    async def run() -> list[int]:
+        limits = httpx.Limits(max_connections=1100, max_keepalive_connections=1100)
+        async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+
+            async def one(i: int) -> int:
+                n = 0
+                async with http.stream(
+                    "POST", f"{srv.v1}/chat/completions",
+                    json={"model": "sim", "messages": [{"role": "user", "content": f"q{i} " * 50}], "max_tokens": 32,
+                          "stream": True},
+                ) as resp:  # fmt: skip
+                    async for line in resp.aiter_lines():
+                        if line.startswith("data: {"):
+                            chunk = orjson.loads(line[6:])
+                            n += len(chunk["choices"])
+                return n
+
+            return await asyncio.gather(*(one(i) for i in range(1000)))
+
+    t0 = time.perf_counter()
+    counts = asyncio.run(run())
+    assert counts == [32] * 1000
+    assert time.perf_counter() - t0 < 60
