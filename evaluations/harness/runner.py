@@ -252,11 +252,9 @@ def run_stage(
         ]
         if len(plans) == 1:
             plan = plans[0]
-            done = [0]
 
             def tick(i: int, total: int) -> None:
-                done[0] = i
-                if progress is not None and (i % 10 == 0 or i == total):
+                if progress is not None:
                     progress(min(0.99, i / total), "sending")
 
             records = run_async(run_process_plan(plan, epoch_wall=t0, progress=tick))

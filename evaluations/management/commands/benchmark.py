@@ -14,7 +14,6 @@ it to a Celery worker instead of running it in this process.
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 from django.contrib.auth import get_user_model
@@ -169,7 +168,7 @@ class Command(BaseCommand):
             self.stdout.write(f"queued run {run.pk}; follow it at /benchmarks/{run.pk}/")
             return
         run = benchmark_run_execute(run_id=run.pk, on_progress=self._bar)
-        sys.stderr.write("\n")
+        self.stderr.write("")
         self._report(run, o["json_path"])
 
     _last = 0.0
@@ -181,8 +180,10 @@ class Command(BaseCommand):
         self._last = now
         width = 30
         filled = int(frac * width)
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {frac * 100:5.1f}% {message[:70]:<70}")
-        sys.stderr.flush()
+        self.stderr.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {frac * 100:5.1f}% {message[:70]:<70}", ending=""
+        )
+        self.stderr.flush()
 
     def _report(self, run, json_path: str | None) -> None:
         if run.status != "succeeded":
