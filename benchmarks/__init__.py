@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m benchmarks.<name>`` prints a table and writes ``--json FILE``."""
