@@ -147,3 +147,16 @@ def usage_models(*, tenant_ids: set[int] | None) -> list[str]:
     if tenant_ids is not None:
         qs = qs.filter(tenant_id__in=tenant_ids)
     return sorted(set(qs.values_list("public_model", flat=True).distinct()))
+
+
+def tenants_managed_by(*, user, is_platform_admin: bool) -> QuerySet[Tenant]:
+    """Tenants whose keys the user may create and revoke (platform admins: all)."""
+    qs = Tenant.objects.filter(is_active=True).order_by("name")
+    if is_platform_admin:
+        return qs
+    return qs.filter(memberships__user=user, memberships__role="admin")
+
+
+def tenants_readable_by(*, user, reads_everything: bool, tenant_ids: set[int]) -> QuerySet[Tenant]:
+    qs = Tenant.objects.order_by("name")
+    return qs if reads_everything else qs.filter(pk__in=tenant_ids)

@@ -1,0 +1,120 @@
+"""Forms of the gateway's console pages: keys, prices, budgets and limits, usage filters."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import forms
+
+from billing.models import Budget, Tenant, UsageEvent
+
+
+class _Bootstrap:
+    """Bootstrap classes on every widget, so templates can render fields plainly."""
+
+    def _style(self) -> None:
+        for field in self.fields.values():
+            css = (
+                "form-select form-select-sm"
+                if isinstance(field.widget, forms.Select)
+                else "form-control form-control-sm"
+            )
+            field.widget.attrs.setdefault("class", css)
+
+
+def _split_names(value: str) -> list[str]:
+    return sorted({v.strip() for v in (value or "").replace("\n", ",").split(",") if v.strip()})
+
+
+class ApiKeyCreateForm(_Bootstrap, forms.Form):
+    """A new key for one of the tenants the user manages."""
+
+    tenant = forms.ModelChoiceField(queryset=Tenant.objects.none())
+    name = forms.CharField(max_length=100)
+    expires_at = forms.DateTimeField(
+        required=False,
+        help_text="Optional, UTC, e.g. 2027-01-31 00:00",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+    allowed_models = forms.CharField(
+        required=False, help_text="Public model names, comma-separated; empty = every model."
+    )
+    rpm_limit = forms.IntegerField(min_value=0, initial=0, help_text="Requests/min for this key; 0 = none.")
+    tpm_limit = forms.IntegerField(min_value=0, initial=0, help_text="Tokens/min for this key; 0 = none.")
+
+    def __init__(self, *args, tenants, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tenant"].queryset = tenants
+        self._style()
+
+    def clean_allowed_models(self) -> list[str]:
+        return _split_names(self.cleaned_data.get("allowed_models", ""))
+
+
+class PriceForm(_Bootstrap, forms.Form):
+    """A new price version for a public model."""
+
+    public_model = forms.CharField(max_length=200)
+    input_per_million = forms.DecimalField(
+        min_value=Decimal("0"), max_digits=12, decimal_places=3, label="Input $ / M tokens"
+    )
+    output_per_million = forms.DecimalField(
+        min_value=Decimal("0"), max_digits=12, decimal_places=3, label="Output $ / M tokens"
+    )
+    effective_from = forms.DateTimeField(required=False, help_text="Empty = now.")
+    note = forms.CharField(max_length=200, required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._style()
+
+
+class BudgetForm(_Bootstrap, forms.Form):
+    """A tenant's budget and its gateway limits, edited together on one page."""
+
+    amount_usd = forms.DecimalField(
+        min_value=Decimal("0"), max_digits=18, decimal_places=6, label="Amount (USD)"
+    )
+    period = forms.ChoiceField(choices=Budget.Period.choices, initial=Budget.Period.MONTHLY)
+    soft_threshold_percents = forms.CharField(
+        required=False, initial="50,80,100", help_text="Percentages that notify, comma-separated."
+    )
+    hard_cap_percent = forms.IntegerField(
+        min_value=1,
+        required=False,
+        initial=100,
+        help_text="Reject beyond this % of the amount; empty = no hard cap.",
+    )
+    rpm_limit = forms.IntegerField(min_value=0, initial=0, label="Tenant requests/min")
+    tpm_limit = forms.IntegerField(min_value=0, initial=0, label="Tenant tokens/min")
+    max_input_tokens = forms.IntegerField(min_value=0, initial=0, label="Max prompt tokens")
+    max_output_tokens = forms.IntegerField(min_value=0, initial=0, label="Max max_tokens")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._style()
+
+    def clean_soft_threshold_percents(self) -> list[int]:
+        raw = self.cleaned_data.get("soft_threshold_percents") or ""
+        try:
+            values = sorted({int(v) for v in _split_names(raw)})
+        except ValueError as exc:
+            raise forms.ValidationError("Use whole percentages, e.g. 50,80,100.") from exc
+        if any(v <= 0 or v > 1000 for v in values):
+            raise forms.ValidationError("Percentages go from 1 to 1000.")
+        return values
+
+
+class UsageFilterForm(_Bootstrap, forms.Form):
+    """Query parameters of the usage page and its CSV export."""
+
+    tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), required=False)
+    model = forms.CharField(required=False, max_length=200)
+    status = forms.ChoiceField(choices=[("", "any status"), *UsageEvent.Status.choices], required=False)
+    since = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    until = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+
+    def __init__(self, *args, tenants, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tenant"].queryset = tenants
+        self._style()
