@@ -53,3 +53,22 @@ def paced_server(*args: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextlib.contextmanager
+def engines_fixed_server(ttft_ms: float, tpot_ms: float, *extra: str) -> Iterator[str]:
+    """The engines' simulated vLLM in fixed-timing mode (``python -m engines.server --fixed-...``)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "engines.server", "--port", str(port), "--model-name", "paced"]
+    cmd += ["--fixed-ttft-ms", str(ttft_ms), "--fixed-tpot-ms", str(tpot_ms), *extra]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", proc=proc, timeout_s=60)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

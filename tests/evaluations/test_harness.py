@@ -11,7 +11,7 @@ from evaluations.harness.records import RequestRecord
 from evaluations.harness.scrape import parse_prometheus
 from evaluations.harness.sweep import usd_per_million_tokens
 
-from .servers import free_port, paced_server
+from .servers import engines_fixed_server, free_port, paced_server
 
 
 def _target(url: str, **kw) -> Target:
@@ -37,6 +37,24 @@ def test_known_timings_are_recovered_within_tolerance():
     assert s["attainment"] == 1.0 and s["good_requests"] == 20
     # Engine series were scraped from /metrics while the stage ran.
     assert res.series and max(x["running"] for x in res.series) >= 1
+
+
+def test_known_timings_from_the_engines_simulated_vllm_and_its_metrics():
+    # engines.server in fixed mode: TTFT 150 ms, TPOT 15 ms, vLLM metric names on /metrics.
+    with engines_fixed_server(150, 15) as url:
+        wl = Workload(arrival=constant(8), input=fixed(64), output=fixed(40))
+        res = run_stage(
+            target=_target(url),
+            workload=wl,
+            stage=StageConfig(num_requests=16, scrape_interval_s=0.2),
+            sla=Sla(),
+        )
+    s = res.summary
+    assert s["failed"] == 0 and s["output_tokens"] == 16 * 40
+    assert s["ttft_ms"]["p50"] == pytest.approx(150, rel=0.05)
+    assert s["tpot_ms"]["mean"] == pytest.approx(15, rel=0.03)
+    assert res.series and max(x.get("running", 0) for x in res.series) >= 1
+    assert all("kv_usage" in x and "preemptions" in x for x in res.series)
 
 
 def test_chat_api_is_timed_the_same_way():

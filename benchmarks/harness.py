@@ -1,0 +1,234 @@
+"""How far the load harness can be trusted on this machine.
+
+1. **Client capacity** (``max_streams_sched_ok``): a ladder of open streams (128 output tokens at one
+   token per 50 ms each, from a paced engine in its own process). For N streams the offered rate is
+   N / stream time, held for long enough that N streams are open at once. Reported per level: peak
+   open streams (from the engine's /metrics), median and p99 schedule delay, measured TPOT and its
+   error against the true 50 ms. ``max_streams_sched_ok`` is the highest N whose median schedule
+   delay stayed < 10 ms with no errors.
+2. **Known timings**: TTFT and TPOT measured against engines with fixed, known timings (the harness's
+   paced server and the engines' simulated vLLM in ``--fixed-ttft-ms/--fixed-tpot-ms`` mode), as
+   error %.
+
+    python -m benchmarks.harness                      # full ladder, about 3 minutes
+    python -m benchmarks.harness --streams 250,1000 --duration 14 --json var/bench-harness.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engines.workload import Workload, constant, fixed  # noqa: E402
+from evaluations.harness import Sla, StageConfig, Target, run_stage  # noqa: E402
+
+TPOT_MS = 50.0
+TTFT_MS = 100.0
+OUTPUT_TOKENS = 128
+SCHED_LIMIT_MS = 10.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _server(cmd: list[str], port: int):
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{cmd[2]} exited: {proc.stderr.read().decode()[-800:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def paced(ttft_ms: float, tpot_ms: float):
+    port = _free_port()
+    cmd = [sys.executable, "-m", "evaluations.harness.paced_server", "--port", str(port)]
+    return _server([*cmd, "--ttft-ms", str(ttft_ms), "--tpot-ms", str(tpot_ms)], port)
+
+
+def engines_fixed(ttft_ms: float, tpot_ms: float, max_num_seqs: int = 2048):
+    port = _free_port()
+    cmd = [sys.executable, "-m", "engines.server", "--port", str(port), "--model-name", "paced"]
+    cmd += [
+        "--fixed-ttft-ms",
+        str(ttft_ms),
+        "--fixed-tpot-ms",
+        str(tpot_ms),
+        "--max-num-seqs",
+        str(max_num_seqs),
+    ]
+    cmd += ["--max-num-batched-tokens", str(max(8192, max_num_seqs))]
+    return _server(cmd, port)
+
+
+def client_capacity(streams: int, *, duration_s: float, processes: int, server=paced) -> dict:
+    stream_s = (TTFT_MS + (OUTPUT_TOKENS - 1) * TPOT_MS) / 1e3
+    rate = streams / stream_s
+    wl = Workload(arrival=constant(rate), input=fixed(32), output=fixed(OUTPUT_TOKENS))
+    with server(TTFT_MS, TPOT_MS) as url:
+        started = time.monotonic()
+        res = run_stage(
+            target=Target(base_url=url, model="paced", request_timeout_s=120),
+            workload=wl,
+            stage=StageConfig(duration_s=duration_s, processes=processes, scrape_interval_s=0.5),
+            sla=Sla(ttft_ms=None, tpot_ms=TPOT_MS * 1.05),
+        )
+        wall = time.monotonic() - started
+    s = res.summary
+    tpot = s["tpot_ms"]["mean"]
+    delay = s["schedule_delay_ms"]
+    return {
+        "streams": streams,
+        "rate": round(rate, 2),
+        "processes": s["offered"].get("processes"),
+        "requests": s["requests"],
+        "errors": s["failed"],
+        "peak_open_streams": max((x.get("running", 0) for x in res.series), default=None),
+        "sched_delay_p50_ms": delay["p50"],
+        "sched_delay_p99_ms": delay["p99"],
+        "tpot_mean_ms": tpot,
+        "tpot_p99_ms": s["tpot_ms"]["p99"],
+        "tpot_error_pct": (tpot - TPOT_MS) / TPOT_MS * 100 if tpot else None,
+        "ttft_p50_ms": s["ttft_ms"]["p50"],
+        "itl_p99_ms": s["itl_ms"]["p99"],
+        "sched_ok": bool(delay["p50"] is not None and delay["p50"] < SCHED_LIMIT_MS and not s["failed"]),
+        "wall_s": round(wall, 1),
+    }
+
+
+def known_timings(
+    name: str, server, *, ttft_ms: float, tpot_ms: float, rate: float = 8.0, n: int = 80
+) -> dict:
+    wl = Workload(arrival=constant(rate), input=fixed(64), output=fixed(64))
+    with server(ttft_ms, tpot_ms) as url:
+        res = run_stage(
+            target=Target(base_url=url, model="paced"),
+            workload=wl,
+            stage=StageConfig(num_requests=n, warmup_requests=4),
+            sla=Sla(),
+        )
+    s = res.summary
+    return {
+        "engine": name,
+        "true_ttft_ms": ttft_ms,
+        "true_tpot_ms": tpot_ms,
+        "requests": s["requests"],
+        "errors": s["failed"],
+        "ttft_p50_ms": s["ttft_ms"]["p50"],
+        "ttft_error_pct": (s["ttft_ms"]["p50"] - ttft_ms) / ttft_ms * 100,
+        "tpot_mean_ms": s["tpot_ms"]["mean"],
+        "tpot_error_pct": (s["tpot_ms"]["mean"] - tpot_ms) / tpot_ms * 100,
+        "sched_delay_p50_ms": s["schedule_delay_ms"]["p50"],
+    }
+
+
+def _f(x, fmt="{:.2f}"):
+    return "-" if x is None else fmt.format(x)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Harness client capacity and timing accuracy.")
+    p.add_argument("--streams", default="250,500,1000,1500,2000", help="ladder of concurrent streams")
+    p.add_argument(
+        "--duration", type=float, default=14.0, help="seconds of arrivals per level (>= 2 stream times)"
+    )
+    p.add_argument("--processes", type=int, default=0, help="client processes (0 = auto)")
+    p.add_argument(
+        "--no-engines-server", action="store_true", help="skip the engines.server known-timings row"
+    )
+    p.add_argument("--json", dest="json_path")
+    a = p.parse_args(argv)
+
+    levels = [int(x) for x in a.streams.split(",") if x.strip()]
+    rows = []
+    print(
+        f"Client capacity: {OUTPUT_TOKENS} tokens/stream at {TPOT_MS:g} ms/token, TTFT {TTFT_MS:g} ms, paced engine in its own process"
+    )
+    print(
+        f"{'streams':>8} {'rate':>7} {'procs':>5} {'reqs':>6} {'err':>4} {'peak open':>9} {'delay p50':>9} {'delay p99':>9} {'TPOT mean':>9} {'TPOT err%':>9} {'TTFT p50':>9} {'ok':>3}"
+    )
+    for n in levels:
+        r = client_capacity(n, duration_s=a.duration, processes=a.processes)
+        rows.append(r)
+        print(
+            f"{r['streams']:>8} {r['rate']:>7.1f} {r['processes']:>5} {r['requests']:>6} {r['errors']:>4} {_f(r['peak_open_streams'], '{:.0f}'):>9} "
+            f"{_f(r['sched_delay_p50_ms']):>9} {_f(r['sched_delay_p99_ms']):>9} {_f(r['tpot_mean_ms']):>9} {_f(r['tpot_error_pct']):>9} "
+            f"{_f(r['ttft_p50_ms'], '{:.1f}'):>9} {'yes' if r['sched_ok'] else 'NO':>3}",
+            flush=True,
+        )
+        if not r["sched_ok"]:
+            break  # the next level would only be later still
+    ok = [r["streams"] for r in rows if r["sched_ok"]]
+    max_ok = max(ok) if ok else 0
+
+    print("\nKnown timings recovered (80 requests at 8 req/s, 64 output tokens):")
+    timing_rows = [known_timings("paced_server", paced, ttft_ms=200, tpot_ms=20)]
+    if not a.no_engines_server:
+        timing_rows.append(known_timings("engines.server --fixed", engines_fixed, ttft_ms=200, tpot_ms=20))
+    print(
+        f"{'engine':>24} {'true TTFT':>9} {'TTFT p50':>9} {'err %':>7} {'true TPOT':>9} {'TPOT mean':>9} {'err %':>7}"
+    )
+    for t in timing_rows:
+        print(
+            f"{t['engine']:>24} {t['true_ttft_ms']:>9.1f} {t['ttft_p50_ms']:>9.2f} {t['ttft_error_pct']:>7.2f} "
+            f"{t['true_tpot_ms']:>9.1f} {t['tpot_mean_ms']:>9.3f} {t['tpot_error_pct']:>7.2f}"
+        )
+    at_1000 = next((r for r in rows if r["streams"] == 1000), None)
+    print(f"\nmax_streams_sched_ok = {max_ok}")
+    if at_1000:
+        print(
+            f"1000 streams: median schedule delay {_f(at_1000['sched_delay_p50_ms'])} ms (< 10: {at_1000['sched_ok']}), "
+            f"TPOT {_f(at_1000['tpot_mean_ms'])} ms ({_f(at_1000['tpot_error_pct'])} % vs 50 ms; within 5 %: "
+            f"{at_1000['tpot_error_pct'] is not None and abs(at_1000['tpot_error_pct']) < 5})"
+        )
+    out = {
+        "benchmark": "harness",
+        "command": "python -m benchmarks.harness " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "max_streams_sched_ok": max_ok,
+        "client_capacity": rows,
+        "known_timings": timing_rows,
+    }
+    if a.json_path:
+        Path(a.json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json_path).write_text(json.dumps(out, indent=1))
+        print(f"wrote {a.json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""An admin starts a benchmark in the browser, watches the progress bar, and reads the report."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.browser import browser, login, page  # noqa: F401 (fixtures)
+
+from .servers import paced_server
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_starts_a_run_watches_it_finish_and_reads_the_report(
+    page, live_server, celery_worker_process, admin_user
+):  # noqa: F811
+    base = live_server.url
+    login(page, base, admin_user.username)
+    with paced_server("--ttft-ms", "40", "--tpot-ms", "10") as url:
+        page.goto(f"{base}/benchmarks/new/")
+        page.select_option("#id_mode", "ladder")
+        page.select_option("#id_target_kind", "url")
+        page.fill("#id_base_url", url)
+        page.fill("#id_model_name", "paced")
+        page.select_option("#id_arrival", "constant")
+        page.fill("#id_ladder", "3, 6")
+        page.fill("#id_input_a", "16")
+        page.fill("#id_output_a", "24")
+        page.fill("#id_duration_s", "3")
+        page.fill("#id_warmup_requests", "0")
+        page.fill("#id_name", "browser ladder")
+        page.click("#run-form button[type=submit]")
+        page.wait_for_url(f"{base}/benchmarks/*/")
+        # While it runs the progress partial polls; when it ends the page reloads with the report.
+        page.wait_for_selector("#run-progress[data-status=running], #run-progress[data-status=succeeded]")
+        page.wait_for_selector("#headline", timeout=90_000)
+    assert page.locator("#run-progress").get_attribute("data-status") == "succeeded"
+    assert "browser ladder" in page.inner_text("h1")
+    assert page.locator(".badge-measured").first.is_visible()
+    assert page.locator("#stages-table tbody tr").count() == 2
+    page.wait_for_function("document.body.dataset.chartsReady === '1'")
+    for chart in ("chart-latency", "chart-goodput", "chart-dist", "chart-kv"):
+        assert page.locator(f"#{chart}").bounding_box()["height"] > 50
+    csv_resp = page.request.get(page.url + "export.csv")
+    assert csv_resp.ok and csv_resp.text().count("\n") == 3
+    # Compare with itself from the report page.
+    page.click("text=Compare…")
+    page.click("form[action$='/compare/'] button[type=submit]")
+    page.wait_for_selector("#compare-table")
