@@ -13,8 +13,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 @pytest.mark.django_db(transaction=True)
 def test_admin_starts_a_run_watches_it_finish_and_reads_the_report(
-    page, live_server, celery_worker_process, admin_user
-):  # noqa: F811
+    page,  # noqa: F811
+    live_server,
+    celery_worker_process,
+    admin_user,
+):
     base = live_server.url
     login(page, base, admin_user.username)
     with paced_server("--ttft-ms", "40", "--tpot-ms", "10") as url:
