@@ -22,6 +22,11 @@ Blocks follow vLLM's ``BlockPool``: a free queue in LRU order (freed blocks go t
 request's blocks in reverse so its tail is evicted first), a hash -> block map of cached full blocks
 that survive in the free queue until reused, reference counts for blocks shared through the cache.
 ``kv_cache_usage = 1 - free_blocks / total_blocks`` (cached-but-free blocks count as free, as in vLLM).
+Only blocks that carry a hash are observable (they can be hit or evicted), so only those get an
+identity: the free queue stores runs of interchangeable uncached blocks as counts and cached blocks
+as ids, and a request holds its identified prefix (hits + registered blocks) as ids plus a count of
+anonymous blocks. The LRU order of cached blocks, and so every hit and eviction, is the same as with
+one id per block; allocating and freeing cost O(cached blocks) instead of O(blocks).
 
 Speed: decoding requests are tracked lazily. Between its "anchor" step and its finish step a decoding
 request gains exactly one token per step, so its counters are computed from the step number; only
@@ -35,7 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import asdict, dataclass
 
 from engines.memory import GIB, estimate_memory
@@ -108,7 +113,7 @@ class Request:
         "num_computed",
         "num_output",
         "blocks",
-        "n_registered",
+        "n_anon",
         "decoding",
         "s0",
         "c0",
@@ -147,8 +152,8 @@ class Request:
         self.status = WAITING
         self.num_computed = 0
         self.num_output = 0
-        self.blocks: list[int] = []
-        self.n_registered = 0
+        self.blocks: list[int] = []  # identified blocks: indices 0..len-1 (hits and registered ones)
+        self.n_anon = 0  # anonymous blocks after them
         self.decoding = False
         self.s0 = 0
         self.c0 = 0
@@ -232,10 +237,15 @@ class Scheduler:
         self.chunked = cfg.enable_chunked_prefill
         self.prefix_caching = cfg.enable_prefix_caching
         # Block pool.
-        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
-        self.ref = [0] * num_blocks
+        # Free queue: negative entries are runs of -e uncached blocks, others cached block ids (valid
+        # while in ``cached_free``; a cache hit takes a block out and leaves a stale entry behind).
+        self.free_q: deque[int] = deque([-num_blocks])
+        self.num_free = num_blocks
+        self.cached_free: dict[int, None] = {}
+        self.ref: dict[int, int] = {}  # identified blocks in use -> reference count
         self.block_hash: dict[int, object] = {}
         self.cache: dict[object, int] = {}
+        self._next_id = 0
         # Queues.
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}
@@ -275,7 +285,7 @@ class Scheduler:
     @property
     def kv_usage(self) -> float:
         """vLLM's ``kv_cache_usage_perc`` (a fraction in [0, 1])."""
-        return 1.0 - len(self.free) / self.num_blocks
+        return 1.0 - self.num_free / self.num_blocks
 
     @property
     def idle(self) -> bool:
@@ -321,59 +331,94 @@ class Scheduler:
 
     # ------------------------------------------------------------------ block pool
 
-    def _alloc(self, n: int, blocks: list[int]) -> None:
-        # Reference counts are only read for cached blocks, so they are set when a block is
-        # registered (``_register``), not here: allocation stays a C-level pop in the common case.
-        popitem = self.free.popitem
-        new = [popitem(False)[0] for _ in range(n)]
-        bh = self.block_hash
-        if bh:
-            cache = self.cache
-            for b in new:
-                h = bh.pop(b, None)
-                if h is not None and cache.get(h) == b:
-                    del cache[h]
-        blocks.extend(new)
+    def _alloc(self, req: Request, n: int) -> None:
+        """Take ``n`` blocks from the head of the free queue (evicting cached ones) for ``req``."""
+        self.num_free -= n
+        req.n_anon += n
+        q = self.free_q
+        cached_free = self.cached_free
+        while n:
+            e = q[0]
+            if e < 0:
+                if -e > n:
+                    q[0] = e + n
+                    return
+                q.popleft()
+                n += e
+            else:
+                q.popleft()
+                if e in cached_free:
+                    del cached_free[e]
+                    h = self.block_hash.pop(e)
+                    if self.cache.get(h) == e:
+                        del self.cache[h]
+                    n -= 1
 
     def _hash(self, req: Request, i: int) -> object:
         return req.shared[i] if i < req.n_shared else req.uid + i  # type: ignore[index]
 
     def _register(self, req: Request, upto: int) -> None:
-        """Make full blocks ``n_registered..upto-1`` of ``req`` findable by hash."""
+        """Make full blocks ``len(req.blocks)..upto-1`` of ``req`` findable by hash."""
+        blocks = req.blocks
+        m = len(blocks)
+        if upto <= m:
+            return
         cache = self.cache
         bh = self.block_hash
         ref = self.ref
-        blocks = req.blocks
-        for i in range(req.n_registered, upto):
+        b = self._next_id
+        self._next_id += upto - m
+        req.n_anon -= upto - m
+        for i in range(m, upto):
             h = self._hash(req, i)
-            b = blocks[i]
             ref[b] = 1
             if h not in cache:
                 cache[h] = b
                 bh[b] = h
-        if upto > req.n_registered:
-            req.n_registered = upto
+            blocks.append(b)
+            b += 1
 
     def _free_blocks(self, req: Request, *, register: bool) -> None:
         if register and self.prefix_caching:
             # Only a preempted request can ever look its own unique blocks up again.
-            self._register(req, min(req.num_computed // self.block_size, len(req.blocks)))
-        blocks = req.blocks
-        k = req.n_registered
-        free = self.free
-        # Blocks past the registered ones were never findable, so only this request holds them;
-        # they go to the free queue's tail (last block first, as vLLM frees them) in one C call.
-        if k < len(blocks):
-            free.update(dict.fromkeys(reversed(blocks[k:])))
-        if k:
+            self._register(req, min(req.num_computed // self.block_size, len(req.blocks) + req.n_anon))
+        q = self.free_q
+        # The anonymous tail first (vLLM frees a request's blocks last-first), merged into one run.
+        n = req.n_anon
+        if n:
+            if q and q[-1] < 0:
+                q[-1] -= n
+            else:
+                q.append(-n)
+            self.num_free += n
+        if req.blocks:
             ref = self.ref
-            for b in reversed(blocks[:k]):
+            bh = self.block_hash
+            cache = self.cache
+            for b in reversed(req.blocks):
                 r = ref[b] - 1
-                ref[b] = r
-                if r == 0:
-                    free[b] = None
+                if r:
+                    ref[b] = r
+                    continue
+                del ref[b]
+                self.num_free += 1
+                h = bh.pop(b, None)
+                if h is None:
+                    if q and q[-1] < 0:
+                        q[-1] -= 1
+                    else:
+                        q.append(-1)
+                    continue
+                # A fresh id for the queued copy, so a stale queue entry of ``b`` (left by an earlier
+                # cache hit) can never stand for it: the LRU position is this one.
+                nb = self._next_id
+                self._next_id += 1
+                bh[nb] = h
+                cache[h] = nb
+                self.cached_free[nb] = None
+                q.append(nb)
         req.blocks = []
-        req.n_registered = 0
+        req.n_anon = 0
 
     # ------------------------------------------------------------------ decoders (lazy)
 
@@ -439,7 +484,6 @@ class Scheduler:
             return None
         s = self.step
         bs = self.block_size
-        free = self.free
         preempted = 0
         # 1a. Decoders that cross into a new block this step need one block each.
         bucket = self.buckets[s % bs]
@@ -447,14 +491,14 @@ class Scheduler:
             for req in list(bucket.values()):
                 if req.status != RUNNING:
                     continue
-                while not free:
+                while not self.num_free:
                     victim = self._preempt_last()
                     preempted += 1
                     if victim is req:
                         break
                 if req.status != RUNNING:
                     break
-                self._alloc(1, req.blocks)
+                self._alloc(req, 1)
         budget = self.max_batched - self.n_dec
         chunks: list = []
         # 1b. Running requests still in prefill (always at the tail of the running order).
@@ -468,8 +512,8 @@ class Scheduler:
                 n = total - req.num_computed
                 if n > budget:
                     n = budget
-                need = -(-(req.num_computed + n) // bs) - len(req.blocks)
-                while need > len(free):
+                need = -(-(req.num_computed + n) // bs) - len(req.blocks) - req.n_anon
+                while need > self.num_free:
                     victim = self._preempt_last()
                     preempted += 1
                     if victim is req:
@@ -477,7 +521,7 @@ class Scheduler:
                 if req.status != RUNNING:
                     break
                 if need > 0:
-                    self._alloc(need, req.blocks)
+                    self._alloc(req, need)
                 chunks.append((req, req.num_computed, n))
                 budget -= n
         # 2. Waiting requests, FCFS, only when nothing was preempted.
@@ -505,22 +549,26 @@ class Scheduler:
                         break
                     n = budget
                 need = -(-(hit_tokens + n) // bs) - len(hits)
-                ref = self.ref
+                cached_free = self.cached_free
                 evictable = 0
                 for b in hits:
-                    if ref[b] == 0:
+                    if b in cached_free:
                         evictable += 1
-                if need + evictable > len(free):
+                if need + evictable > self.num_free:
                     break
                 waiting.popleft()
+                ref = self.ref
                 for b in hits:
-                    if ref[b] == 0:
-                        del free[b]
-                    ref[b] += 1
+                    if b in cached_free:
+                        del cached_free[b]
+                        self.num_free -= 1
+                        ref[b] = 1
+                    else:
+                        ref[b] += 1
                 req.blocks = hits
-                req.n_registered = len(hits)
+                req.n_anon = 0
                 if need > 0:
-                    self._alloc(need, req.blocks)
+                    self._alloc(req, need)
                 if self.prefix_caching:
                     self.prefix_cache_queries += total
                     self.prefix_cache_hits += hit_tokens
@@ -594,7 +642,7 @@ class Scheduler:
             if req.status != RUNNING:
                 continue
             req.num_computed += c
-            if self.prefix_caching and req.n_shared > req.n_registered:
+            if self.prefix_caching and req.n_shared > len(req.blocks):
                 self._register(req, min(req.n_shared, req.num_computed // bs))
             if req.num_computed >= req.prompt_len + req.num_output:
                 del self.prefilling[req.rid]

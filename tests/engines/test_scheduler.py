@@ -43,19 +43,22 @@ def run_checked(sched: Scheduler, reqs: list[Request]) -> dict:
         assert plan.new_tokens <= sched.max_batched
         assert len(sched.running) <= sched.max_num_seqs
         max_prefill = max(max_prefill, plan.prefill_tokens)
-        # Every block is either free or held; never both, never more than exist.
-        held: list[int] = [b for r in sched.running.values() for b in r.blocks]
-        distinct = set(held)
-        assert not distinct & set(sched.free)
-        assert len(distinct) + len(sched.free) == sched.num_blocks
+        # Every block is either free or held; never both, never more than exist. Identified blocks
+        # (hits, registered) may be shared between requests; anonymous ones belong to one request.
+        ids = {b for r in sched.running.values() for b in r.blocks}
+        anon = sum(r.n_anon for r in sched.running.values())
+        assert not ids & set(sched.cached_free)
+        assert set(sched.ref) == ids
+        assert len(ids) + anon + sched.num_free == sched.num_blocks
+        assert sum(-e for e in sched.free_q if e < 0) + len(sched.cached_free) == sched.num_free
         assert 0.0 <= sched.kv_usage <= 1.0
         # Each scheduled request holds blocks for what it computes in this step.
         for req, start, n in plan.chunks:
-            assert len(req.blocks) >= math.ceil((start + n) / sched.block_size)
+            assert len(req.blocks) + req.n_anon >= math.ceil((start + n) / sched.block_size)
         for req in sched.running.values():
             if req.decoding:
                 computed = req.c0 + (plan.step - req.s0)
-                assert len(req.blocks) >= math.ceil((computed + 1) / sched.block_size)
+                assert len(req.blocks) + req.n_anon >= math.ceil((computed + 1) / sched.block_size)
         now += plan.duration
         sched.complete(now)
     return {"steps": steps, "max_prefill": max_prefill, "end": now}
@@ -173,3 +176,16 @@ def test_requests_longer_than_the_cache_are_refused():
     sched = make_sched(num_blocks=10)
     with pytest.raises(ValueError, match="blocks"):
         sched.add_request(Request(0, 150, 20, 0.0))
+
+
+def test_shared_prefix_blocks_under_eviction_pressure_keep_the_pool_consistent():
+    sched = make_sched(max_num_seqs=8, max_num_batched_tokens=1024, num_blocks=120)
+    groups = [[("g", g, i) for i in range(40)] for g in range(3)]
+    reqs = [
+        Request(i, 500 + 7 * (i % 5), 80 + 11 * (i % 3), i * 0.02, groups[i % 3], 20 + (i % 4) * 5)
+        for i in range(60)
+    ]
+    run_checked(sched, reqs)
+    assert all(r.status == FINISHED and r.num_output == r.max_out for r in reqs)
+    assert sched.prefix_cache_hits > 0
+    assert sched.num_free == sched.num_blocks and not sched.ref
