@@ -120,7 +120,12 @@ def deployments_reconcile(*, trigger: str = "manual", wait_s: float = LOCK_WAIT_
             rejected = ""
             try:
                 details = ray_client.get_applications()
-                ray_apps = set((details.get("applications") or {}).keys())
+                # Apps Ray is deleting are on their way out because an earlier PUT left them out.
+                ray_apps = {
+                    name
+                    for name, app in (details.get("applications") or {}).items()
+                    if app.get("status") != "DELETING"
+                }
                 wanted = {d.app_name for d in valid}
                 if run.config_hash != _last_accepted_hash() or ray_apps != wanted:
                     try:

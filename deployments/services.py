@@ -213,7 +213,7 @@ def deployment_create(*, actor, **fields) -> tuple[Deployment, Preflight]:
 
 def _locked(deployment: Deployment) -> Deployment:
     locked = (
-        Deployment.objects.select_for_update()
+        Deployment.objects.select_for_update(of=("self",))
         .select_related("model_version__model", "gpu_type")
         .get(pk=deployment.pk)
     )
