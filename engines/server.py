@@ -456,6 +456,12 @@ class FixedEngine:
             _, _, _, blocks, _ = self.running.pop(rid)
             self._blocks_used -= blocks
             self._admit(time.monotonic())
+        else:
+            # Still queued: drop it now so num_requests_waiting is right (a scan, but aborts are rare).
+            for entry in self.waiting:
+                if entry[1] is sink:
+                    self.waiting.remove(entry)
+                    break
         if self._wake is not None:
             self._wake.set()
 
@@ -847,7 +853,10 @@ class OpenAIApp:
         bs = engine.block_size
         n_hash = min(parsed.prompt_tokens // bs, len(parsed.prompt_text) // (bs * CHARS_PER_TOKEN))
         hashes = _prefix_hashes(parsed.prompt_text, bs, n_hash)
-        sink = engine.submit(prompt_tokens=parsed.prompt_tokens, max_tokens=n_out, hashes=hashes)
+        try:
+            sink = engine.submit(prompt_tokens=parsed.prompt_tokens, max_tokens=n_out, hashes=hashes)
+        except ValueError as exc:
+            raise ApiError(400, str(exc), code="invalid_value") from exc
         disconnected = False
 
         async def watch() -> None:

@@ -338,3 +338,41 @@ def test_a_thousand_concurrent_streams(start_server):
     counts = asyncio.run(run())
     assert counts == [32] * 1000
     assert time.perf_counter() - t0 < 60
+
+
+def test_fixed_timing_mode_aborts_running_and_queued_requests(start_server):
+    srv = start_server("--fixed-ttft-ms", "50", "--fixed-tpot-ms", "50", "--max-num-seqs", "2")
+
+    async def scenario() -> dict:
+        async with httpx.AsyncClient(timeout=30) as http:
+
+            async def hold() -> None:
+                async with http.stream(
+                    "POST", f"{srv.v1}/completions",
+                    json={"model": "sim", "prompt": "x", "max_tokens": 1000, "stream": True},
+                ) as resp:  # fmt: skip
+                    async for _ in resp.aiter_lines():
+                        pass
+
+            tasks = [asyncio.create_task(hold()) for _ in range(3)]
+            deadline = time.monotonic() + 10
+            while True:
+                m = await asyncio.to_thread(srv.metrics)
+                if m["vllm:num_requests_running"] == 2 and m["vllm:num_requests_waiting"] == 1:
+                    break
+                assert time.monotonic() < deadline, m
+                await asyncio.sleep(0.05)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        deadline = time.monotonic() + 10
+        while True:
+            m = await asyncio.to_thread(srv.metrics)
+            if m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0:
+                return m
+            assert time.monotonic() < deadline, m
+            await asyncio.sleep(0.05)
+
+    m = asyncio.run(scenario())
+    assert m["vllm:kv_cache_usage_perc"] == 0
+    assert m['vllm:request_success_total{finished_reason="abort"}'] == 3
