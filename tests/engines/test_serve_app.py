@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import openai
 import pytest
@@ -84,3 +86,36 @@ def test_serve_app_answers_openai_streaming_under_its_route_prefix(ray_cluster):
     metrics = httpx.get(f"{ray_cluster.serve_url}/d/sim-llama/metrics", timeout=10).text
     assert 'vllm:generation_tokens_total{model_name="acme-llama-8b"} 29' in metrics
     assert httpx.get(f"{ray_cluster.serve_url}/d/sim-llama/health", timeout=10).status_code == 200
+
+
+def test_serve_streams_incrementally_and_a_disconnect_frees_the_engine(ray_cluster):  # noqa: F811
+    ray_cluster.serve_put(ray_cluster.serve_config([APP]))
+    ray_cluster.wait_app_running("sim-llama")
+    base = f"{ray_cluster.serve_url}/d/sim-llama"
+
+    def metric(name: str) -> float:
+        for line in httpx.get(f"{base}/metrics", timeout=10).text.splitlines():
+            if line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        raise AssertionError(name)
+
+    with httpx.Client(timeout=30) as http, http.stream(
+        "POST", f"{base}/v1/chat/completions",
+        json={"model": "acme-llama-8b", "messages": [{"role": "user", "content": "go"}], "max_tokens": 3000,
+              "stream": True},
+    ) as resp:  # fmt: skip
+        got = 0
+        running = kv = 0.0
+        for line in resp.iter_lines():
+            if line.startswith("data: {"):
+                got += 1
+                if got == 3:
+                    # 3000 tokens take ~10 s at time_scale 2: chunks arrive while it is still running.
+                    running = metric("vllm:num_requests_running")
+                    kv = metric("vllm:kv_cache_usage_perc")
+                    break
+    assert running == 1 and kv > 0
+    deadline = time.monotonic() + 30
+    while metric("vllm:num_requests_running") != 0 or metric("vllm:kv_cache_usage_perc") != 0:
+        assert time.monotonic() < deadline, "the aborted stream still holds the engine"
+        time.sleep(0.2)
