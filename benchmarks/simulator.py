@@ -56,6 +56,7 @@ def sim_hour(rate: float, duration: float, seed: int) -> dict:
 
 
 def predictions() -> list[dict]:
+    """Default-efficiency predictions for preset (model, GPU, TP) combinations."""
     rows = []
     for model_key, gpu_key, tp in (
         ("llama-3.1-8b", "H100", 1),
@@ -85,6 +86,7 @@ def predictions() -> list[dict]:
 
 
 def calibration_figures(path: Path) -> dict:
+    """Fit on two thirds of the points in ``path``, report errors on the rest (all when < 4 points)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     if isinstance(data, list):
         data = {"points": data}
@@ -115,6 +117,7 @@ def calibration_figures(path: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m benchmarks.simulator``."""
     p = argparse.ArgumentParser(description="Simulator speed, default predictions and calibration error.")
     p.add_argument("--rate", type=float, default=50.0)
     p.add_argument("--duration", type=float, default=3600.0, help="virtual seconds of arrivals")

@@ -297,6 +297,7 @@ class LiveEngine:
             self._task = None
 
     def submit(self, *, prompt_tokens: int, max_tokens: int, hashes: list[int]) -> Sink:
+        """Queue a request; the returned sink reports tokens as the scheduler produces them."""
         self.ensure_started()
         sink = Sink()
         now = time.monotonic()
@@ -308,6 +309,7 @@ class LiveEngine:
         return sink
 
     def abort(self, sink: Sink) -> None:
+        """The client went away: drop the request and free its KV blocks before the next step."""
         req = sink.req
         if req is not None and req.status in (WAITING, RUNNING) and not sink.done:
             self.sched.abort(req)
@@ -420,6 +422,7 @@ class FixedEngine:
             self._task = None
 
     def submit(self, *, prompt_tokens: int, max_tokens: int, hashes: list[int]) -> Sink:
+        """Queue a request (FCFS behind ``max_num_seqs`` running ones); ``hashes`` are unused here."""
         self.ensure_started()
         sink = Sink()
         sink.arrival = time.monotonic()
@@ -446,6 +449,7 @@ class FixedEngine:
             self._sink_rid[sink] = rid
 
     def abort(self, sink: Sink) -> None:
+        """The client went away: free its slot (running) or its place in the queue (waiting)."""
         if sink.done:
             return
         sink.done = True

@@ -67,6 +67,7 @@ class Arrival:
 
     @property
     def closed_loop(self) -> bool:
+        """Whether the sender, not a clock, decides when the next request goes (fixed concurrency)."""
         return self.kind == "concurrency"
 
     def to_dict(self) -> dict:
@@ -190,18 +191,22 @@ class LengthDist:
 
 
 def fixed(value: int) -> LengthDist:
+    """Every request has exactly ``value`` tokens."""
     return LengthDist(kind="fixed", value=value)
 
 
 def uniform(low: int, high: int) -> LengthDist:
+    """Integers drawn uniformly from ``low..high`` inclusive."""
     return LengthDist(kind="uniform", low=low, high=high)
 
 
 def normal(mean: float, std: float, *, min: int = 1, max: int | None = None) -> LengthDist:  # noqa: A002
+    """Normal lengths, rounded and clipped to ``[min, max]``."""
     return LengthDist(kind="normal", mean=mean, std=std, min=min, max=max)
 
 
 def lognormal(mean: float, sigma: float, *, min: int = 1, max: int | None = None) -> LengthDist:  # noqa: A002
+    """Log-normal lengths with mean ``mean`` and log-space spread ``sigma``, rounded and clipped."""
     return LengthDist(kind="lognormal", mean=mean, sigma=sigma, min=min, max=max)
 
 
