@@ -172,6 +172,9 @@ class Request:
         self.sink = sink
 
 
+_HOLDER = Request(-1, 1, 1, 0.0)  # scratch owner for bulk anonymous allocations
+
+
 @dataclass(slots=True)
 class StepPlan:
     """What one step computes; ``duration`` is the perf model's prediction in seconds."""
@@ -354,6 +357,12 @@ class Scheduler:
                         del self.cache[h]
                     n -= 1
 
+    def _alloc_anon(self, n: int) -> None:
+        """``_alloc`` without an owner: the caller adds the ``n`` blocks to its requests' counts."""
+        holder = _HOLDER
+        holder.n_anon = 0
+        self._alloc(holder, n)
+
     def _hash(self, req: Request, i: int) -> object:
         return req.shared[i] if i < req.n_shared else req.uid + i  # type: ignore[index]
 
@@ -487,7 +496,13 @@ class Scheduler:
         preempted = 0
         # 1a. Decoders that cross into a new block this step need one block each.
         bucket = self.buckets[s % bs]
-        if bucket:
+        if bucket and len(bucket) <= self.num_free:
+            # Enough free blocks for all of them: no preemption, and anonymous blocks are
+            # interchangeable, so take them in one go.
+            self._alloc_anon(len(bucket))
+            for req in bucket.values():
+                req.n_anon += 1
+        elif bucket:
             for req in list(bucket.values()):
                 if req.status != RUNNING:
                     continue
@@ -533,15 +548,24 @@ class Scheduler:
                 total = req.prompt_len + req.num_output
                 hits: list[int] = []
                 if self.prefix_caching:
-                    cache = self.cache
+                    get = self.cache.get
                     max_hit = (total - 1) // bs
                     i = 0
-                    while i < max_hit:
-                        b = cache.get(req.shared[i] if i < req.n_shared else req.uid + i)  # type: ignore[index]
-                        if b is None:
-                            break
-                        hits.append(b)
-                        i += 1
+                    if req.n_shared:
+                        for h in req.shared[: min(req.n_shared, max_hit)]:  # type: ignore[index]
+                            b = get(h)
+                            if b is None:
+                                break
+                            hits.append(b)
+                        i = len(hits)
+                    if i == req.n_shared:
+                        uid = req.uid
+                        while i < max_hit:
+                            b = get(uid + i)
+                            if b is None:
+                                break
+                            hits.append(b)
+                            i += 1
                 hit_tokens = len(hits) * bs
                 n = total - hit_tokens
                 if n > budget:
@@ -551,9 +575,10 @@ class Scheduler:
                 need = -(-(hit_tokens + n) // bs) - len(hits)
                 cached_free = self.cached_free
                 evictable = 0
-                for b in hits:
-                    if b in cached_free:
-                        evictable += 1
+                if cached_free:
+                    for b in hits:
+                        if b in cached_free:
+                            evictable += 1
                 if need + evictable > self.num_free:
                     break
                 waiting.popleft()
