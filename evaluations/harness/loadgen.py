@@ -13,6 +13,7 @@ children are daemonic and may not fork children of their own.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -185,14 +186,17 @@ def run_async(coro):
 
 
 def main() -> None:
-    """Subprocess entry: plan on stdin, ``ready`` on stdout, epoch on stdin, records on stdout."""
+    """Subprocess entry: plan on stdin, ``ready`` on stdout, epoch on stdin, records to the file in argv[1]."""
+    out_path = sys.argv[1]
     plan = ProcessPlan.from_json(sys.stdin.buffer.readline())
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     epoch_wall = float(sys.stdin.readline())
     records = run_async(run_process_plan(plan, epoch_wall=epoch_wall))
-    sys.stdout.buffer.write(orjson.dumps([r.to_row() for r in records]) + b"\n")
-    sys.stdout.flush()
+    tmp = out_path + ".tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(orjson.dumps([r.to_row() for r in records]))
+    os.replace(tmp, out_path)  # the parent never reads a half-written file
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import math
 import os
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -30,7 +30,7 @@ from .scrape import MetricsScraper
 
 # One uvloop process keeps about this many 20 token/s streams on time on the reference machine
 # (docs/benchmarks.md); above it the load is split over more client processes.
-STREAMS_PER_PROCESS = 400
+STREAMS_PER_PROCESS = 1500
 # Seconds the client processes get between "ready" and the epoch, so none starts late.
 EPOCH_LEAD_S = 0.3
 
@@ -153,60 +153,65 @@ def _split(
 def _run_subprocesses(
     plans: list[ProcessPlan], *, progress: Progress | None, expected_s: float
 ) -> list[RequestRecord]:
+    """Start one client process per plan, release them at a common epoch, merge their records.
+
+    Results and stderr go to files, not pipes: a result is one large JSON document, and a file
+    has no pipe-buffer semantics to get wrong while we wait for several children at once.
+    """
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "evaluations.harness.loadgen"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-        )
-        for _ in plans
-    ]
-    try:
-        for p, plan in zip(procs, plans, strict=True):
-            p.stdin.write(plan.to_json() + b"\n")
-            p.stdin.flush()
-        for p in procs:
-            line = p.stdout.readline()
-            if line.strip() != b"ready":
-                err = p.stderr.read().decode("utf-8", "replace")[-2000:]
-                raise HarnessError(f"client process failed to start: {err or line!r}")
-        epoch = time.time() + EPOCH_LEAD_S
-        for p in procs:
-            p.stdin.write(f"{epoch!r}\n".encode())
-            p.stdin.flush()
-        # communicate() in a thread per process: results are one (possibly large) line each, and a
-        # child blocked on a full pipe would never exit if we waited for it first.
-        outputs: list[tuple[bytes, bytes] | None] = [None] * len(procs)
+    with tempfile.TemporaryDirectory(prefix="governor-harness-") as tmp:
+        outs = [os.path.join(tmp, f"records-{i}.json") for i in range(len(plans))]
+        errs = [open(os.path.join(tmp, f"stderr-{i}.txt"), "wb") for i in range(len(plans))]  # noqa: SIM115
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "evaluations.harness.loadgen", out],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=env,
+            )
+            for out, err in zip(outs, errs, strict=True)
+        ]
 
-        def collect(i: int) -> None:
-            outputs[i] = procs[i].communicate()
+        def stderr_of(i: int) -> str:
+            errs[i].flush()
+            with open(errs[i].name, "rb") as fh:
+                return fh.read().decode("utf-8", "replace")[-2000:]
 
-        threads = [threading.Thread(target=collect, args=(i,), daemon=True) for i in range(len(procs))]
-        for t in threads:
-            t.start()
-        started = time.monotonic()
-        while any(t.is_alive() for t in threads):
-            if progress is not None and expected_s > 0:
-                progress(min(0.99, (time.monotonic() - started) / expected_s), "sending")
-            for t in threads:
-                t.join(timeout=0.5)
-        records: list[RequestRecord] = []
-        for p, res in zip(procs, outputs, strict=True):
-            out, err = res or (b"", b"")
-            if p.returncode != 0:
-                raise HarnessError(
-                    f"client process exited {p.returncode}: {err.decode('utf-8', 'replace')[-2000:]}"
-                )
-            records.extend(RequestRecord.from_row(r) for r in orjson.loads(out))
-        return records
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        try:
+            for p, plan in zip(procs, plans, strict=True):
+                p.stdin.write(plan.to_json() + b"\n")
+                p.stdin.flush()
+            for i, p in enumerate(procs):
+                line = p.stdout.readline()
+                if line.strip() != b"ready":
+                    p.wait(timeout=5)
+                    raise HarnessError(f"client process failed to start: {stderr_of(i) or line!r}")
+            epoch = time.time() + EPOCH_LEAD_S
+            for p in procs:
+                p.stdin.write(f"{epoch!r}\n".encode())
+                p.stdin.close()
+            started = time.monotonic()
+            while any(p.poll() is None for p in procs):
+                if progress is not None and expected_s > 0:
+                    progress(min(0.99, (time.monotonic() - started) / expected_s), "sending")
+                time.sleep(0.25)
+            records: list[RequestRecord] = []
+            for i, p in enumerate(procs):
+                if p.returncode != 0:
+                    raise HarnessError(f"client process exited {p.returncode}: {stderr_of(i)}")
+                with open(outs[i], "rb") as fh:
+                    rows = orjson.loads(fh.read())
+                records.extend(RequestRecord.from_row(r) for r in rows)
+            return records
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                p.stdout.close()
+            for f in errs:
+                f.close()
 
 
 def run_stage(
