@@ -37,7 +37,20 @@ from engines.workload import Workload, fixed, fixed_concurrency, poisson
 
 DEFAULT_NUM_REQUESTS = 48
 THROUGHPUT_WEIGHT = 0.5
-_BOUNDS = {"mfu": (1e-4, 1.0), "mbu": (1e-4, 1.0), "step_overhead_s": (1e-6, 5.0)}
+_BOUNDS = {
+    "mfu": (1e-4, 1.0),
+    "mbu": (1e-4, 1.0),
+    "step_overhead_s": (1e-6, 5.0),
+    "per_seq_overhead_s": (1e-8, 0.5),
+}
+# Where the coarse grid looks (log-spaced between these), per fitted parameter.
+_GRID = {
+    "mfu": (0.05, 0.9),
+    "mbu": (0.05, 0.9),
+    "step_overhead_s": (1e-4, 0.2),
+    "per_seq_overhead_s": (1e-6, 1e-2),
+}
+DEFAULT_FIT = ("mfu", "mbu", "step_overhead_s")
 
 
 def load_points(path: str | Path) -> list[dict]:
@@ -218,17 +231,24 @@ def calibrate(
     base: Efficiency | None = None,
     seed: int = 0,
     grid: int = 3,
+    fit: tuple[str, ...] = DEFAULT_FIT,
     tolerance: float = 0.01,
     max_evaluations: int = 400,
 ) -> CalibrationResult:
-    """Fit (mfu, mbu, step_overhead_s) to ``points``; other ``Efficiency`` fields come from ``base``."""
+    """Fit ``fit`` (default mfu, mbu, step_overhead_s) to ``points``; other fields come from ``base``.
+
+    Add ``"per_seq_overhead_s"`` to ``fit`` for engines with a large per-sequence CPU cost (vLLM-CPU).
+    """
     if not points:
         raise ValueError("no calibration points")
     for p in points:
         _check_point(p)
     engine_config = engine_config or EngineConfig()
     base = base or default_efficiency(gpu.name)
-    names = ("mfu", "mbu", "step_overhead_s")
+    names = tuple(fit)
+    unknown = set(names) - set(_BOUNDS)
+    if unknown or not names:
+        raise ValueError(f"can only fit {sorted(_BOUNDS)}, got {sorted(unknown) or 'nothing'}")
     cache: dict[tuple, float] = {}
     history: list[tuple[dict, float]] = []
 
@@ -276,11 +296,7 @@ def calibrate(
         return total
 
     # Coarse grid in log space.
-    axes = [
-        np.linspace(math.log(0.05), math.log(0.9), grid),
-        np.linspace(math.log(0.05), math.log(0.9), grid),
-        np.linspace(math.log(1e-4), math.log(0.2), grid),
-    ]
+    axes = [np.linspace(math.log(_GRID[n][0]), math.log(_GRID[n][1]), grid) for n in names]
     best_x = None
     best_f = math.inf
     for x in itertools.product(*axes):
