@@ -142,6 +142,9 @@ def _ray_head_child(env: dict[str, str]) -> Child | None:
             str(temp_dir),
             "--disable-usage-stats",
         ],
+        # Serve replicas import the engines' builders (engines.serve_app, engines.vllm_serve_app)
+        # from this checkout; Ray workers inherit the head's environment.
+        env={"PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)},
     )
 
 

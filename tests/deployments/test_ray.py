@@ -151,6 +151,21 @@ def test_concurrent_reconciles_never_interleave(ray_env, void_queue, admin_user)
     connection.close()
 
 
+def test_demo_deployments_come_up_running(ray_env, void_queue):
+    from governor.demo import seed_demo
+
+    seed_demo()
+    deployments_reconcile(trigger="test")
+    demo = list(Deployment.objects.live())
+    assert len(demo) == 2
+    wait_for(
+        lambda: deployments_reconcile(trigger="test") and all(_status(d) == "RUNNING" for d in demo),
+        timeout=240,
+        interval=1,
+        what="both demo deployments RUNNING",
+    )
+
+
 # Last in the module: from here on a worker consumes this module's tasks.
 def test_deploy_stream_scale_break_and_delete(ray_env, deployments_worker, admin_user):
     started = time.monotonic()
