@@ -44,6 +44,10 @@ def main(argv: list[str] | None = None) -> None:
         access_log=args.access_log,
         timeout_keep_alive=30,
         backlog=4096,
+        # Per-request work we do not need: no proxy in front by default, no Server/Date headers.
+        proxy_headers=False,
+        server_header=False,
+        date_header=False,
     )
 
 

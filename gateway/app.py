@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 from gateway import metrics as m
 from gateway.config import GatewayConfig, load_config
 from gateway.limits import REASONS, Limiter
+from gateway.redisfast import FastRedis
 from gateway.router import Router
 from gateway.snapshot import ALERTS_LIST, KeyInfo, SnapshotHolder, Target, TenantInfo, period_key
 from gateway.spool import Shipper, SpoolWriter
@@ -87,6 +88,7 @@ class Gateway:
         self.config = config
         self.redis = None
         self.limiter: Limiter | None = None
+        self.fast_redis: FastRedis | None = None
         self.snapshots: SnapshotHolder | None = None
         self.router: Router | None = None
         self.spool: SpoolWriter | None = None
@@ -107,7 +109,8 @@ class Gateway:
             cfg.redis_url, max_connections=256, timeout=5, socket_connect_timeout=3, socket_timeout=5
         )
         self.redis = aioredis.Redis(connection_pool=pool)
-        self.limiter = Limiter(self.redis, cfg.key_prefix)
+        self.fast_redis = FastRedis(cfg.redis_url)
+        self.limiter = Limiter(self.fast_redis, cfg.key_prefix)
         self.snapshots = SnapshotHolder(self.redis, cfg.key_prefix, cfg.snapshot_poll_s)
         try:
             await self.snapshots.refresh()
@@ -147,6 +150,8 @@ class Gateway:
             await self.http.close()
         if self.redis:
             await self.redis.aclose()
+        if self.fast_redis:
+            self.fast_redis.close()
 
     async def __call__(self, scope, receive, send) -> None:
         t = scope["type"]

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.redisfast import FastRedis
+
 # Reasons, in the order the ADMIT script checks them; the index is what the script returns.
 REASONS = ("ok", "key_requests", "key_tokens", "tenant_requests", "tenant_tokens", "budget_exceeded")
 
@@ -128,11 +130,11 @@ class Admission:
 class Limiter:
     """Thin wrapper around the two scripts; one instance per gateway process."""
 
-    def __init__(self, redis, prefix: str) -> None:
+    def __init__(self, redis: FastRedis, prefix: str) -> None:
         self.redis = redis
         self.prefix = prefix
-        self._admit = redis.register_script(ADMIT_LUA)
-        self._settle = redis.register_script(SETTLE_LUA)
+        self._admit = redis.script(ADMIT_LUA)
+        self._settle = redis.script(SETTLE_LUA)
 
     def budget_key(self, tenant_id: int, period_key: str) -> str:
         return f"{self.prefix}budget:{tenant_id}:{period_key}"
@@ -173,7 +175,7 @@ class Limiter:
             seed_spent_nanos,
             budget_ttl_s,
         ]
-        res = await self._admit(keys=keys, args=args)
+        res = await self.redis.evalsha(self._admit, keys, args)
         return Admission(*(int(x) for x in res))
 
     async def settle(
@@ -204,5 +206,5 @@ class Limiter:
             seed_spent_nanos,
             budget_ttl_s,
         ]
-        before, after = await self._settle(keys=keys, args=args)
+        before, after = await self.redis.evalsha(self._settle, keys, args)
         return int(before), int(after)

@@ -1,0 +1,475 @@
+"""Gateway overhead, capacity and CPU cost: direct to the engines vs through the gateway, in one run.
+
+Everything runs in its own processes: simulated vLLM engines in fixed-timing mode
+(``python -m engines.server --fixed-ttft-ms 20 --fixed-tpot-ms 20``: 64 tokens paced at 20 ms), one
+gateway (``python -m gateway``, one worker), and several load-client processes (uvloop, a minimal
+HTTP/1.1 client over kept-alive connections, so the client is not what is measured). The gateway
+runs its full path: key lookup, rate limits and budget hold in Redis (Lua), routing, SSE
+forwarding, the usage event fsynced to its spool before ``[DONE]``, and the settle in Redis.
+
+1. *Overhead* at concurrency 1 and 64: added TTFT and E2E (p50/p99 through the gateway minus p50/p99
+   direct). Keys ``added_ttft_p50_ms``/``added_ttft_p99_ms``/``added_e2e_*`` are those at c=64.
+2. *Capacity* ``max_streams``: the highest concurrency in the ladder whose added TTFT p99 ≤ 10 ms
+   with no errors.
+3. *Cost* ``cpu_ms_per_request``: gateway process CPU (user+sys from /proc) per 64-token stream
+   against an engine with no delay.
+
+    python -m benchmarks.gateway --json var/bench-gateway.json
+    python -m benchmarks.gateway --quick            # shorter stages, smaller ladder
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import orjson  # noqa: E402
+
+MODEL = "bench-llama"
+TOKENS = 64
+# Spawned client processes inherit the environment, so they send the same key.
+SECRET = os.environ.setdefault("GATEWAY_BENCH_SECRET", "gk-bench-" + uuid.uuid4().hex)
+
+
+# ------------------------------------------------------------------ processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited early")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not listen on {port}")
+
+
+def start_engine(ttft_ms: float, tpot_ms: float, log_dir: Path, name: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    args = [
+        sys.executable, "-m", "engines.server", "--model-name", MODEL, "--model-preset", "llama-3.1-8b",
+        "--gpu", "H100", "--port", str(port), "--fixed-ttft-ms", str(ttft_ms), "--fixed-tpot-ms", str(tpot_ms),
+        "--max-num-seqs", "8192", "--log-level", "warning",
+    ]  # fmt: skip
+    log = open(log_dir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
+    p = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    wait_port(port, p, name)
+    return p, port
+
+
+def start_gateway(redis_url: str, prefix: str, work: Path) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "GATEWAY_DATABASE_URL")}
+    env.update(
+        GATEWAY_REDIS_URL=redis_url,
+        GATEWAY_KEY_PREFIX=prefix,
+        GATEWAY_SPOOL_DIR=str(work / "spool"),
+        GOVERNOR_VAR_DIR=str(work),  # no launcher env file: the benchmark never ships to a database
+    )
+    log = open(work / "gateway.log", "wb")  # noqa: SIM115
+    p = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--port", str(port), "--workers", "1"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    wait_port(port, p, "gateway")
+    return p, port
+
+
+def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limits: bool) -> None:
+    """A snapshot like the console's: one tenant with limits and a budget, one key, one route."""
+    import redis
+
+    version = time.time_ns() // 1000
+    big = 1_000_000_000
+    snap = {
+        "version": version,
+        "generated_at": time.time(),
+        "keys": {
+            hashlib.sha256(SECRET.encode()).hexdigest(): {
+                "id": 1, "prefix": SECRET[:10], "tenant_id": 1, "models": None, "expires_at": None,
+                "revoked": False, "rpm": big if limits else 0, "tpm": big if limits else 0,
+            }
+        },
+        "tenants": {
+            "1": {
+                "slug": "bench", "rpm": big if limits else 0, "tpm": big if limits else 0,
+                "max_input_tokens": 0, "max_output_tokens": 0,
+                "budget": {
+                    "period": "monthly", "amount_nanos": 10**18, "hard_cap_nanos": 10**18, "soft_percents": [],
+                    "spent_period_key": "", "spent_nanos": 0,
+                } if limits else None,
+            }
+        },
+        "routes": {
+            MODEL: {
+                "long_context_threshold": None,
+                "targets": [
+                    {
+                        "deployment_id": i + 1, "deployment_slug": f"bench-{i}", "version_id": None,
+                        "base_url": f"http://127.0.0.1:{port}/v1", "engine_model": MODEL, "weight": 1,
+                        "pool": "online", "status": "RUNNING",
+                    }
+                    for i, port in enumerate(engine_ports)
+                ],
+            }
+        },
+        "prices": {MODEL: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
+    }  # fmt: skip
+    r = redis.Redis.from_url(redis_url)
+    r.set(prefix + "snapshot", orjson.dumps(snap))
+    r.set(prefix + "snapshot:version", version)
+    r.publish(prefix + "snapshot", version)
+    r.close()
+
+
+def wait_snapshot(port: int, timeout: float = 10) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if httpx.get(f"http://127.0.0.1:{port}/healthz").json()["snapshot_version"]:
+            return
+        time.sleep(0.05)
+    raise RuntimeError("gateway did not load the snapshot")
+
+
+def cpu_seconds(pid: int) -> float:
+    """user+sys CPU of a process (all its threads) from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ------------------------------------------------------------------ load client
+
+
+def _request_bytes(port: int) -> bytes:
+    body = orjson.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Tell me a story about a gateway."}],
+            "max_tokens": TOKENS,
+            "stream": True,
+        }
+    )
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {SECRET}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def _worker(ports: list[int], idx: int, stop_at: float, warm_until: float, out: dict) -> None:
+    """One closed-loop stream after another over one kept-alive connection."""
+    port = ports[idx % len(ports)]
+    req = _request_bytes(port)
+    reader = writer = None
+    perf = time.perf_counter
+    while perf() < stop_at:
+        try:
+            if writer is None:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            t0 = perf()
+            writer.write(req)
+            buf = b""
+            # Response head
+            while b"\r\n\r\n" not in buf:
+                chunk = await reader.read(65536)
+                if not chunk:
+                    raise ConnectionError("closed")
+                buf += chunk
+            head, _, body = buf.partition(b"\r\n\r\n")
+            status = int(head[9:12])
+            ttft = None
+            if status != 200:
+                # An error answer has a Content-Length body: read it and count an error.
+                cl = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        cl = int(line.split(b":")[1])
+                while len(body) < cl:
+                    chunk = await reader.read(65536)
+                    if not chunk:
+                        raise ConnectionError("closed")
+                    body += chunk
+                tail = body
+            else:
+                if b"data:" in body:
+                    ttft = perf() - t0
+                tail = body
+                # Chunked body until the terminating zero-length chunk.
+                while not (tail.endswith(b"\r\n0\r\n\r\n") or tail == b"0\r\n\r\n"):
+                    chunk = await reader.read(65536)
+                    if not chunk:
+                        raise ConnectionError("closed mid-body")
+                    if ttft is None and b"data:" in chunk:
+                        ttft = perf() - t0
+                    tail = tail[-512:] + chunk
+            e2e = perf() - t0
+            ok = status == 200 and b"[DONE]" in tail[-200:] and b'"error"' not in tail[-400:]
+            if t0 >= warm_until:
+                if ok and ttft is not None:
+                    out["ttft"].append(ttft)
+                    out["e2e"].append(e2e)
+                else:
+                    out["errors"] += 1
+            if not ok:
+                writer.close()
+                writer = None
+        except (OSError, ConnectionError, ValueError):
+            out["errors"] += 1
+            if writer is not None:
+                writer.close()
+            writer = None
+            await asyncio.sleep(0.05)
+    if writer is not None:
+        writer.close()
+
+
+def _client_process(
+    ports: list[int], first: int, n: int, warm_s: float, run_s: float, start_at: float, conn
+) -> None:
+    import uvloop
+
+    async def main():
+        # Everyone starts together; connections ramp over 0.5 s so the start is not one thundering herd.
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        perf0 = time.perf_counter()
+        out = {"ttft": [], "e2e": [], "errors": 0}
+        tasks = []
+        for i in range(n):
+            tasks.append(
+                asyncio.create_task(_worker(ports, first + i, perf0 + warm_s + run_s, perf0 + warm_s, out))
+            )
+            if n > 1:
+                await asyncio.sleep(0.5 / n)
+        await asyncio.gather(*tasks)
+        return out
+
+    conn.send(uvloop.run(main()))
+    conn.close()
+
+
+def run_load(ports: list[int], concurrency: int, warm_s: float, run_s: float, procs: int) -> dict:
+    """``concurrency`` closed-loop streams spread over ``procs`` client processes."""
+    procs = max(1, min(procs, concurrency))
+    ctx = mp.get_context("spawn")
+    start_at = time.time() + 1.5
+    pipes, children = [], []
+    share = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
+    first = 0
+    for n in share:
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_client_process, args=(ports, first, n, warm_s, run_s, start_at, child))
+        p.start()
+        pipes.append(parent)
+        children.append(p)
+        first += n
+    ttft, e2e, errors = [], [], 0
+    for parent, p in zip(pipes, children, strict=True):
+        out = parent.recv()
+        p.join()
+        ttft += out["ttft"]
+        e2e += out["e2e"]
+        errors += out["errors"]
+    return {"ttft": ttft, "e2e": e2e, "errors": errors, "requests": len(ttft)}
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return (s[lo] + (s[hi] - s[lo]) * (k - lo)) * 1000
+
+
+def compare(direct: dict, via: dict) -> dict:
+    row = {
+        "direct_ttft_p50_ms": pct(direct["ttft"], 0.5),
+        "direct_ttft_p99_ms": pct(direct["ttft"], 0.99),
+        "gateway_ttft_p50_ms": pct(via["ttft"], 0.5),
+        "gateway_ttft_p99_ms": pct(via["ttft"], 0.99),
+        "direct_e2e_p50_ms": pct(direct["e2e"], 0.5),
+        "direct_e2e_p99_ms": pct(direct["e2e"], 0.99),
+        "gateway_e2e_p50_ms": pct(via["e2e"], 0.5),
+        "gateway_e2e_p99_ms": pct(via["e2e"], 0.99),
+        "direct_requests": direct["requests"],
+        "gateway_requests": via["requests"],
+        "errors": direct["errors"] + via["errors"],
+    }
+    row["added_ttft_p50_ms"] = row["gateway_ttft_p50_ms"] - row["direct_ttft_p50_ms"]
+    row["added_ttft_p99_ms"] = row["gateway_ttft_p99_ms"] - row["direct_ttft_p99_ms"]
+    row["added_e2e_p50_ms"] = row["gateway_e2e_p50_ms"] - row["direct_e2e_p50_ms"]
+    row["added_e2e_p99_ms"] = row["gateway_e2e_p99_ms"] - row["direct_e2e_p99_ms"]
+    return row
+
+
+# ------------------------------------------------------------------ main
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Gateway overhead, capacity and CPU cost vs direct.")
+    p.add_argument("--json", dest="json_path")
+    p.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    p.add_argument("--ladder", default="128,256,384,512,640,768")
+    p.add_argument("--warm", type=float, default=2.0)
+    p.add_argument("--duration", type=float, default=8.0)
+    p.add_argument("--client-procs", type=int, default=3)
+    p.add_argument(
+        "--engines", type=int, default=2, help="paced engine processes (direct load is spread the same)"
+    )
+    p.add_argument("--no-limits", action="store_true", help="tenant without limits/budget (skips Redis)")
+    p.add_argument(
+        "--cpu-requests-s", type=float, default=6.0, help="seconds of no-delay load for the CPU figure"
+    )
+    p.add_argument("--quick", action="store_true")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.ladder, a.duration, a.warm, a.cpu_requests_s = "256,512", 4.0, 1.0, 3.0
+
+    work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
+    prefix = f"gwbench-{uuid.uuid4().hex[:8]}:"
+    procs: list[subprocess.Popen] = []
+    results: dict = {"config": vars(a) | {"tokens": TOKENS, "tpot_ms": 20, "ttft_ms": 20}}
+    try:
+        engines = []
+        for i in range(a.engines):
+            proc, port = start_engine(20, 20, work, f"engine-{i}")
+            procs.append(proc)
+            engines.append(port)
+        nodelay, nd_port = start_engine(0, 0, work, "engine-nodelay")
+        procs.append(nodelay)
+        gw, gw_port = start_gateway(a.redis_url, prefix, work)
+        procs.append(gw)
+        publish_snapshot(a.redis_url, prefix, engines, limits=not a.no_limits)
+        wait_snapshot(gw_port)
+
+        rows = {}
+        engine_pids = [p.pid for p in procs[: a.engines]]
+        for c in (1, 64):
+            direct = run_load(engines, c, a.warm, a.duration, a.client_procs)
+            g0, e0 = cpu_seconds(gw.pid), sum(cpu_seconds(x) for x in engine_pids)
+            via = run_load([gw_port], c, a.warm, a.duration, a.client_procs)
+            g1, e1 = cpu_seconds(gw.pid), sum(cpu_seconds(x) for x in engine_pids)
+            rows[c] = compare(direct, via)
+            # CPU per paced stream (includes the warm-up's requests in the denominator's time window).
+            n = max(1, via["requests"] * (a.warm + a.duration) / a.duration)
+            rows[c]["paced_gateway_cpu_ms_per_request"] = (g1 - g0) * 1000 / n
+            rows[c]["paced_engine_cpu_ms_per_request"] = (e1 - e0) * 1000 / n
+            print(f"  c={c}: done", file=sys.stderr)
+        ladder = []
+        max_streams = 0
+        for c in [int(x) for x in a.ladder.split(",") if x]:
+            direct = run_load(engines, c, a.warm, a.duration, a.client_procs)
+            via = run_load([gw_port], c, a.warm, a.duration, a.client_procs)
+            row = compare(direct, via) | {"concurrency": c}
+            row["ok"] = row["added_ttft_p99_ms"] <= 10 and row["errors"] == 0
+            ladder.append(row)
+            print(
+                f"  ladder c={c}: added ttft p99 {row['added_ttft_p99_ms']:.2f} ms, errors {row['errors']}",
+                file=sys.stderr,
+            )
+            if row["ok"]:
+                max_streams = c
+            elif ladder[-2:] and len(ladder) >= 2 and not ladder[-2]["ok"]:
+                break  # two failures in a row: stop climbing
+
+        # CPU per request: no-delay engine, moderate concurrency, gateway CPU from /proc.
+        publish_snapshot(a.redis_url, prefix, [nd_port], limits=not a.no_limits)
+        time.sleep(0.5)
+        run_load([gw_port], 16, 0.5, 1.0, 2)  # warm the path
+        cpu0 = cpu_seconds(gw.pid)
+        load = run_load([gw_port], 16, 0.0, a.cpu_requests_s, 2)
+        cpu1 = cpu_seconds(gw.pid)
+        cpu_ms = (cpu1 - cpu0) * 1000 / max(1, load["requests"] + load["errors"])
+
+        c64 = rows[64]
+        results.update(
+            {
+                "added_ttft_p50_ms": c64["added_ttft_p50_ms"],
+                "added_ttft_p99_ms": c64["added_ttft_p99_ms"],
+                "added_e2e_p50_ms": c64["added_e2e_p50_ms"],
+                "added_e2e_p99_ms": c64["added_e2e_p99_ms"],
+                "c1": rows[1],
+                "c64": c64,
+                "ladder": ladder,
+                "max_streams": max_streams,
+                "cpu_ms_per_request": cpu_ms,
+                "cpu_requests": load["requests"],
+                "cpu_errors": load["errors"],
+                "paced_gateway_cpu_ms_per_request": c64["paced_gateway_cpu_ms_per_request"],
+                "paced_engine_cpu_ms_per_request": c64["paced_engine_cpu_ms_per_request"],
+                "load_average_at_end": os.getloadavg(),
+            }
+        )
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+        with contextlib.suppress(Exception):
+            import redis
+
+            r = redis.Redis.from_url(a.redis_url)
+            for k in r.scan_iter(prefix + "*"):
+                r.delete(k)
+        shutil.rmtree(work, ignore_errors=True)
+
+    print_table(results)
+    if a.json_path:
+        Path(a.json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json_path).write_text(json.dumps(results, indent=2, default=float))
+    return 0
+
+
+def print_table(r: dict) -> None:
+    print(
+        f"\nGateway benchmark: {TOKENS}-token streams paced at 20 ms (TTFT 20 ms), direct vs through the gateway"
+    )
+    print(
+        f"{'concurrency':>11} {'TTFT p50 d/gw':>16} {'TTFT p99 d/gw':>16} {'+TTFT p50':>10} {'+TTFT p99':>10} {'+E2E p50':>9} {'+E2E p99':>9} {'reqs d/gw':>11} {'err':>4}"
+    )
+    rows = [("1", r["c1"]), ("64", r["c64"])] + [(str(x["concurrency"]), x) for x in r["ladder"]]
+    for c, x in rows:
+        print(
+            f"{c:>11} {x['direct_ttft_p50_ms']:7.2f}/{x['gateway_ttft_p50_ms']:<7.2f} {x['direct_ttft_p99_ms']:7.2f}/{x['gateway_ttft_p99_ms']:<7.2f} "
+            f"{x['added_ttft_p50_ms']:10.2f} {x['added_ttft_p99_ms']:10.2f} {x['added_e2e_p50_ms']:9.2f} {x['added_e2e_p99_ms']:9.2f} "
+            f"{x['direct_requests']:>5}/{x['gateway_requests']:<5} {x['errors']:>4}"
+        )
+    print(f"\nadded_ttft_p50_ms (c=64)  {r['added_ttft_p50_ms']:.2f}   target <= 1")
+    print(f"added_ttft_p99_ms (c=64)  {r['added_ttft_p99_ms']:.2f}   target <= 5")
+    print(
+        f"max_streams               {r['max_streams']}   target >= 500 (added TTFT p99 <= 10 ms, no errors)"
+    )
+    print(
+        f"cpu_ms_per_request        {r['cpu_ms_per_request']:.3f}   target <= 1.5 ({r['cpu_requests']} no-delay streams)"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
