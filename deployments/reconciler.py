@@ -236,6 +236,9 @@ def _observed_fields(deployment: Deployment, app: dict | None, *, invalid: str, 
             status, message = Status.DEPLOY_FAILED, invalid
         elif rejected:
             status, message = Status.DEPLOY_FAILED, f"Ray rejected the config: {rejected}"
+        elif deployment.status == Status.DEPLOY_FAILED and not deployment.ray_app_status:
+            # Failed before reaching Ray (invalid or rejected): a status-only read knows no better.
+            status, message = Status.DEPLOY_FAILED, deployment.status_message
         else:
             status, message = Status.PENDING, "Waiting for Ray to accept the application."
         fields = {"status": status, "status_message": message, "running_replicas": 0, "ray_app_status": ""}

@@ -13,7 +13,6 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from catalog.models import GpuType, ModelVersion
 from deployments.compiler import effective_kv_cache_dtype, effective_precision
 from deployments.constants import DesiredState, EngineKind, EventKind, ScalingMode
 from deployments.models import Deployment, DeploymentEvent, ModelRoute, RouteTarget
@@ -334,11 +333,3 @@ def route_target_set(*, route: ModelRoute, deployment: Deployment, weight: int) 
 def route_target_delete(*, target: RouteTarget) -> None:
     target.delete()
     gateway_snapshot_publish_on_commit()
-
-
-def deployment_defaults_for(*, model_version: ModelVersion, gpu_type: GpuType | None) -> dict:
-    """Sensible initial form values for a version on a GPU (its KV dtype, a context that fits)."""
-    return {
-        "kv_cache_dtype": model_version.kv_cache_dtype,
-        "served_model_name": model_version.model.name,
-    }
