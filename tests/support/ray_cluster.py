@@ -180,7 +180,7 @@ def _group_members(pgid: int) -> list[int]:
     return pids
 
 
-def stop_ray_cluster(cluster: RayTestCluster, timeout: float = 20.0) -> None:
+def stop_ray_cluster(cluster: RayTestCluster, timeout: float = 8.0) -> None:
     """SIGTERM, then SIGKILL, the process group ``ray start`` created; remove its temp dir."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
