@@ -238,6 +238,13 @@ def simulate(
                     add(r)
                 nxt += 1
                 continue
+            # Idle until the next arrival: sample the idle state for that stretch.
+            while next_sample < arrivals[nxt]:
+                ts_t.append(next_sample)
+                ts_kv.append(sched.kv_usage)
+                ts_run.append(0)
+                ts_wait.append(0)
+                next_sample += interval
             now = max(now, arrivals[nxt])
             continue
         end = now + plan.duration

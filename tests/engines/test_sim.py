@@ -82,3 +82,12 @@ def test_requests_longer_than_the_context_are_rejected():
     wl = Workload(arrival=poisson(5.0), input=fixed(2000), output=fixed(10))
     r = simulate(wl, cfg, seed=0, n=5)
     assert r.rejected.all() and r.completed == 0
+
+
+def test_idle_stretches_are_sampled_as_idle():
+    wl = Workload(arrival=poisson(0.05), input=fixed(100), output=fixed(10))
+    r = simulate(wl, CFG, seed=0, n=5)
+    ts = r.timeseries
+    # Requests take well under a second; a sample almost never sees one running.
+    assert ts["running"].mean() < 0.05
+    assert np.allclose(np.diff(ts["t"]), 1.0)
