@@ -27,6 +27,7 @@ from gateway.redisfast import FastRedis
 from gateway.router import Router
 from gateway.snapshot import ALERTS_LIST, KeyInfo, SnapshotHolder, Target, TenantInfo, period_key
 from gateway.spool import Shipper, SpoolWriter
+from gateway.upstream import UpstreamPool
 from gateway.validation import BadRequest, estimate_prompt_tokens, validate
 
 log = logging.getLogger("gateway")
@@ -38,7 +39,10 @@ SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),
 ]
 DONE = b"data: [DONE]\n\n"
-CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, ConnectionError)
+# Failures to reach a deployment (nothing was answered, so another one may be tried).
+CONNECT_ERRORS = (ConnectionError, OSError, TimeoutError)
+# Failures while reading an answer (aiohttp only for https targets).
+READ_ERRORS = (TimeoutError, ConnectionError, aiohttp.ClientError)
 
 
 def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> bytes:
@@ -93,7 +97,7 @@ class Gateway:
         self.router: Router | None = None
         self.spool: SpoolWriter | None = None
         self.shipper: Shipper | None = None
-        self.http: aiohttp.ClientSession | None = None
+        self.http: UpstreamPool | None = None
         self._tasks: list[asyncio.Task] = []
         self._periods = _Period()
         self._name = f"{socket.gethostname()}:{os.getpid()}"
@@ -123,13 +127,8 @@ class Gateway:
             cfg.spool_dir, cfg.database_url, interval_s=cfg.ship_interval_s, batch=cfg.ship_batch
         )
         self.shipper.start()
-        self.http = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60),
-            timeout=aiohttp.ClientTimeout(
-                total=None, sock_connect=cfg.upstream_connect_timeout_s, sock_read=cfg.upstream_idle_timeout_s
-            ),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        self.http = UpstreamPool(
+            connect_timeout=cfg.upstream_connect_timeout_s, idle_timeout=cfg.upstream_idle_timeout_s
         )
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -602,11 +601,9 @@ class _Request:
             body["model"] = target.engine_model
             url = target.chat_url if self.kind == "chat" else target.completions_url
             try:
-                resp = await gw.http.post(
-                    url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}
-                )
+                resp = await gw.http.post(url, orjson.dumps(body))
                 break
-            except (TimeoutError, *CONNECT_ERRORS) as exc:
+            except CONNECT_ERRORS as exc:
                 gw.router.mark_failed(target)
                 m.child(m.ERRORS, "upstream_connect").inc()
                 last_exc = exc
@@ -738,7 +735,10 @@ class _Request:
         await self._commit()
 
     async def _upstream_error(self, resp, send, rl_headers) -> None:
-        data = await resp.read()
+        try:
+            data = await resp.read_all()
+        except READ_ERRORS:
+            data = b""
         if resp.status >= 500:
             self.gw.router.mark_failed(self.target)
         self.status, self.error_type, self.http_status = "error", f"upstream_{resp.status}", resp.status
@@ -778,8 +778,8 @@ class _Request:
 
     async def _unary(self, resp, send, rl_headers) -> None:
         try:
-            data = await resp.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:
+            data = await resp.read_all()
+        except READ_ERRORS as exc:
             self.gw.router.mark_failed(self.target)
             self.status, self.error_type, self.http_status = "error", "upstream_broken", 502
             await self._finish_without_output()
@@ -824,7 +824,7 @@ class _Request:
         broken: str | None = None
         rewrite = self.target.engine_model != self.model
         try:
-            async for block in resp.content.iter_any():
+            while (block := await resp.read_chunk()) is not None:
                 if disc.done():
                     break
                 if buf:
@@ -880,7 +880,7 @@ class _Request:
                         "more_body": True,
                     }
                 )
-        except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
+        except READ_ERRORS as exc:
             broken = type(exc).__name__
         except asyncio.CancelledError:
             disc.cancel()
