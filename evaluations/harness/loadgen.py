@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -174,15 +175,41 @@ async def _run_concurrency(plan: ProcessPlan, session, clock: Clock, records: li
 
 
 def run_async(coro):
-    """Run a coroutine on uvloop when installed (less schedule delay at high concurrency)."""
+    """Run a coroutine to completion on a fresh uvloop (plain asyncio when uvloop is missing).
+
+    Callers are synchronous (the CLI, a Celery task, a test). When the calling thread already runs
+    an event loop (Playwright's sync API, an async view), the coroutine runs on a loop of its own in
+    a helper thread instead, and its result or exception comes back here.
+    """
     try:
         import uvloop
 
         factory = uvloop.new_event_loop
     except ImportError:  # plain asyncio works, with more schedule delay at high concurrency
         factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(coro)
+
+    def run():
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(coro)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["result"] = run()
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="harness-loop")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 def main() -> None:
