@@ -97,6 +97,7 @@ def client_capacity(streams: int, *, duration_s: float, processes: int, server=p
     wl = Workload(arrival=constant(rate), input=fixed(32), output=fixed(OUTPUT_TOKENS))
     with server(TTFT_MS, TPOT_MS) as url:
         started = time.monotonic()
+        load_before = os.getloadavg()[0]
         res = run_stage(
             target=Target(base_url=url, model="paced", request_timeout_s=120),
             workload=wl,
@@ -123,6 +124,9 @@ def client_capacity(streams: int, *, duration_s: float, processes: int, server=p
         "itl_p99_ms": s["itl_ms"]["p99"],
         "sched_ok": bool(delay["p50"] is not None and delay["p50"] < SCHED_LIMIT_MS and not s["failed"]),
         "wall_s": round(wall, 1),
+        # Other work on the machine competes with the client and the engine for the same cores;
+        # the 1-minute load average says how much (2.0 saturates a 2-core machine).
+        "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
 
 
@@ -183,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{r['streams']:>8} {r['rate']:>7.1f} {r['processes']:>5} {r['requests']:>6} {r['errors']:>4} {_f(r['peak_open_streams'], '{:.0f}'):>9} "
             f"{_f(r['sched_delay_p50_ms']):>9} {_f(r['sched_delay_p99_ms']):>9} {_f(r['tpot_mean_ms']):>9} {_f(r['tpot_error_pct']):>9} "
-            f"{_f(r['ttft_p50_ms'], '{:.1f}'):>9} {'yes' if r['sched_ok'] else 'NO':>3}",
+            f"{_f(r['ttft_p50_ms'], '{:.1f}'):>9} {'yes' if r['sched_ok'] else 'NO':>3} "
+            f"{r['loadavg_1m'][0]:>5.1f}→{r['loadavg_1m'][1]:<5.1f}",
             flush=True,
         )
         if not r["sched_ok"]:
