@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", dest="json_path")
     a = p.parse_args(argv)
 
+    load_at_start = os.getloadavg()
     levels = [int(x) for x in a.streams.split(",") if x.strip()]
     rows = []
     print(
@@ -223,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
+            "loadavg_at_start": load_at_start,
         },
         "max_streams_sched_ok": max_ok,
         "client_capacity": rows,
