@@ -202,18 +202,35 @@ class VllmCpuServer:
         raise TimeoutError(f"vLLM not healthy after {timeout_s:.0f} s:\n{self.log_tail()}")
 
     def stop(self, *, timeout_s: float = 30.0) -> int | None:
-        """SIGTERM the server's process group (API server, EngineCore, worker), SIGKILL what remains."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=timeout_s)
-        # The engine core and worker are in the same group; make sure none outlives the server.
+        """SIGTERM the server's process group (API server, EngineCore, worker); SIGKILL what remains.
+
+        Returns once no process of the group is left, so ports and memory are free again.
+        """
+        pgid = self.process.pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+            os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and (self.process.poll() is None or _group_alive(pgid)):
+            time.sleep(0.2)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _group_alive(pgid):
+            time.sleep(0.1)
         return self.process.returncode
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` still exists (signal 0 only checks)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _die_with_parent() -> None:

@@ -1,0 +1,140 @@
+"""Real vLLM (CPU backend) serving the locally generated tiny Llama: OpenAI streaming and Prometheus metrics.
+
+Startup takes ~45 s alone and several minutes on a busy 2-core host; the module shares one server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from engines.tiny_model import HEAD_DIM, MARKER, ensure_tiny_model
+from engines.vllm_cpu import vllm_cpu_server, vllm_unavailable_reason
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_NAME = "tiny-llama"
+
+
+def require_vllm() -> None:
+    """Skip when vLLM is not installed; fail loudly when it is installed but cannot import."""
+    reason = vllm_unavailable_reason()
+    if reason is None:
+        return
+    if "not installed" in reason:
+        pytest.skip(reason)
+    pytest.fail(reason)
+
+
+def metric_samples(text: str) -> dict[str, float]:
+    """Prometheus exposition → {sample name: value summed over label sets}."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
+
+
+def test_tiny_model_is_generated_once_with_a_cpu_friendly_shape(tmp_path):
+    path = ensure_tiny_model(tmp_path / "tiny", seed=3)
+    config = json.loads((path / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["head_dim"] == HEAD_DIM == config["hidden_size"] // config["num_attention_heads"] == 64
+    assert config["num_key_value_heads"] < config["num_attention_heads"]  # GQA
+    tokenizer = json.loads((path / "tokenizer.json").read_text())
+    assert len(tokenizer["model"]["vocab"]) + len(tokenizer["added_tokens"]) >= config["vocab_size"] - 8
+    tok_config = json.loads((path / "tokenizer_config.json").read_text())
+    assert "add_generation_prompt" in tok_config["chat_template"]
+    mtime = (path / "model.safetensors").stat().st_mtime_ns
+    assert ensure_tiny_model(path, seed=3) == path  # same seed: nothing rewritten
+    assert (path / "model.safetensors").stat().st_mtime_ns == mtime
+    ensure_tiny_model(path, seed=4)  # another seed replaces it
+    assert json.loads((path / MARKER).read_text())["seed"] == 4
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    require_vllm()
+    model = ensure_tiny_model(ROOT / "var/models/tiny-llama")
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    with vllm_cpu_server(
+        model_path=model, served_model_name=MODEL_NAME, max_num_seqs=8, log_path=log, timeout_s=900
+    ) as server:
+        print(f"vLLM healthy after {server.startup_s:.1f} s")
+        pgid = server.process.pid
+        assert len(_group(pgid)) >= 2  # API server + EngineCore (+ worker) in the server's own group
+        yield server
+    # stop() took the engine processes along: nothing of this server's process group is left.
+    assert _group(pgid) == []
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_streamed_chat_completion_carries_content_and_usage(vllm_server):
+    client = openai.OpenAI(base_url=vllm_server.openai_base_url, api_key="unused", timeout=300)
+    stream = client.chat.completions.create(
+        model=MODEL_NAME,
+        messages=[{"role": "user", "content": "Tell me about continuous batching."}],
+        max_tokens=24,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},  # random weights: fix the length instead of hoping for EOS
+    )
+    chunks = list(stream)
+    content = [c for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(content) >= 12  # tokens arrive as separate SSE events, not one blob
+    assert "".join(c.choices[0].delta.content for c in content).strip()
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None  # the usage-only final chunk
+    usage = chunks[-1].usage
+    assert usage.completion_tokens == 24
+    assert usage.prompt_tokens > 5
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish == ["length"]
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_completion_with_token_ids_and_model_list(vllm_server):
+    client = openai.OpenAI(base_url=vllm_server.openai_base_url, api_key="unused", timeout=300)
+    assert [m.id for m in client.models.list().data] == [MODEL_NAME]
+    done = client.completions.create(
+        model=MODEL_NAME, prompt=list(range(10, 74)), max_tokens=8, extra_body={"ignore_eos": True}
+    )
+    assert done.usage.prompt_tokens == 64 and done.usage.completion_tokens == 8
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_metrics_use_vllm_names_and_count_the_work(vllm_server):
+    client = openai.OpenAI(base_url=vllm_server.openai_base_url, api_key="unused", timeout=300)
+    client.completions.create(model=MODEL_NAME, prompt="Hello", max_tokens=4, extra_body={"ignore_eos": True})
+    text = httpx.get(f"{vllm_server.base_url}/metrics", timeout=30).text
+    values = metric_samples(text)
+    assert values["vllm:num_requests_running"] == 0  # nothing in flight now
+    assert "vllm:num_requests_waiting" in values and "vllm:kv_cache_usage_perc" in values
+    assert values["vllm:generation_tokens_total"] >= 4
+    assert values["vllm:prompt_tokens_total"] > 0
+    assert values["vllm:time_to_first_token_seconds_count"] >= 1
+    assert values["vllm:e2e_request_latency_seconds_count"] >= 1
+
+
+def _group(pgid: int) -> list[int]:
+    """Live processes of one process group."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == pgid:
+                    pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
