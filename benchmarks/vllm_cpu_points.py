@@ -1,0 +1,320 @@
+"""Calibration points measured on real vLLM (CPU backend) serving the generated tiny Llama.
+
+Starts ``python -m vllm.entrypoints.openai.api_server`` on ``var/models/tiny-llama`` (or uses
+``--base-url``), then for each load level runs a closed loop of ``concurrency`` clients, each sending
+streamed ``/v1/completions`` back to back: prompts of exactly ``--input-len`` token ids (distinct per
+request, so the prefix cache never hits) and exactly ``--output-len`` generated tokens
+(``ignore_eos``). Metrics follow DOMAIN.md / ``vllm bench serve``: TTFT is the first chunk carrying a
+choice, TPOT ``(e2e - ttft) / (output_tokens - 1)`` with the count from the server's ``usage``,
+throughput is output tokens over the level's whole wall time.
+
+Output (``--out``): the file ``benchmarks.simulator --calibration-points`` and
+``engines.calibrate.load_points`` read::
+
+    {"model": {ModelSpec of the tiny model}, "gpu": "CPU", "engine": {EngineConfig used},
+     "tensor_parallel": 1, "points": [{"concurrency", "input_len", "output_len", "num_requests",
+     "ttft_median_s", "tpot_median_s", "throughput_tok_s", ...}], "meta": {host, load, versions}}
+
+``--evaluate 1,8`` afterwards fits the simulator on those levels and prints its error on the others.
+
+    python -m benchmarks.vllm_cpu_points --out var/calibration/tiny-llama-cpu.json
+    python -m benchmarks.vllm_cpu_points --levels 1,2 --requests 8 --out /tmp/points.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engines.tiny_model import DEFAULT_PATH, MARKER, ensure_tiny_model  # noqa: E402
+from engines.vllm_cpu import default_threads, vllm_server_start  # noqa: E402
+
+MODEL_NAME = "tiny-llama"
+# vLLM's CPU defaults for the OpenAI server (arg_utils: 2048 batched tokens; platforms/cpu: block 128),
+# written out so the simulator replays exactly the engine that was measured.
+ENGINE = {
+    "max_num_seqs": 16,
+    "max_num_batched_tokens": 2048,
+    "block_size": 128,
+    "enable_prefix_caching": True,
+    "enable_chunked_prefill": True,
+    "max_model_len": 1024,
+}
+KV_CACHE_GIB = 1
+# Token ids below this are special or byte tokens; prompts draw from the merged-word range above it.
+FIRST_PROMPT_ID = 300
+
+
+def tiny_model_spec(path: Path) -> dict:
+    """The tiny checkpoint as ``engines.specs.ModelSpec`` fields (read from its config.json)."""
+    config = json.loads((path / "config.json").read_text())
+    meta = json.loads((path / MARKER).read_text())
+    return {
+        "name": "tiny-llama",
+        "params": float(meta["params"]),
+        "layers": config["num_hidden_layers"],
+        "hidden_size": config["hidden_size"],
+        "attention_heads": config["num_attention_heads"],
+        "kv_heads": config["num_key_value_heads"],
+        "head_dim": config["head_dim"],
+        "vocab_size": config["vocab_size"],
+        "max_context": config["max_position_embeddings"],
+        "precision": "bf16",
+        "kv_cache_dtype": "auto",
+    }
+
+
+async def _one(client: httpx.AsyncClient, prompt: list[int], output_len: int) -> dict:
+    """One streamed completion; times are seconds from the send."""
+    body = {
+        "model": MODEL_NAME,
+        "prompt": prompt,
+        "max_tokens": output_len,
+        "min_tokens": output_len,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    sent = time.perf_counter()
+    ttft = last = None
+    usage = None
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        if response.status_code != 200:
+            return {"error": f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"}
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            now = time.perf_counter()
+            chunk = json.loads(line[6:])
+            if chunk.get("choices"):
+                if ttft is None:
+                    ttft = now - sent
+                if chunk["choices"][0].get("text"):
+                    last = now - sent
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+    if ttft is None or usage is None:
+        return {"error": "no choice or no usage in the stream"}
+    out = int(usage["completion_tokens"])
+    e2e = last if last is not None else ttft
+    return {
+        "ttft_s": ttft,
+        "e2e_s": e2e,
+        "output_tokens": out,
+        "prompt_tokens": int(usage["prompt_tokens"]),
+        "tpot_s": (e2e - ttft) / (out - 1) if out > 1 else None,
+    }
+
+
+async def run_level(
+    base_url: str, *, concurrency: int, num_requests: int, input_len: int, output_len: int, seed: int
+) -> dict:
+    """A closed loop of ``concurrency`` clients until ``num_requests`` completed; one point."""
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(FIRST_PROMPT_ID, 3000, size=input_len).tolist() for _ in range(num_requests)]
+    queue = list(reversed(prompts))
+    results: list[dict] = []
+    limits = httpx.Limits(max_connections=concurrency + 2)
+    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(600.0), limits=limits) as client:
+
+        async def worker() -> None:
+            while queue:
+                results.append(await _one(client, queue.pop(), output_len))
+
+        load_before = os.getloadavg()[0]
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - started
+    ok = [r for r in results if "error" not in r]
+    errors = [r["error"] for r in results if "error" in r]
+    if not ok:
+        raise RuntimeError(f"concurrency {concurrency}: every request failed: {errors[:3]}")
+    ttfts = [r["ttft_s"] for r in ok]
+    tpots = [r["tpot_s"] for r in ok if r["tpot_s"] is not None]
+    out_tokens = sum(r["output_tokens"] for r in ok)
+    return {
+        "concurrency": concurrency,
+        "input_len": input_len,
+        "output_len": output_len,
+        "num_requests": len(ok),
+        "ttft_median_s": statistics.median(ttfts),
+        "tpot_median_s": statistics.median(tpots),
+        "throughput_tok_s": out_tokens / wall,
+        "ttft_p90_s": float(np.percentile(ttfts, 90)),
+        "tpot_p90_s": float(np.percentile(tpots, 90)),
+        "e2e_median_s": statistics.median(r["e2e_s"] for r in ok),
+        "duration_s": wall,
+        "errors": len(errors),
+        "prompt_tokens_median": statistics.median(r["prompt_tokens"] for r in ok),
+        "loadavg_1m_before": round(load_before, 2),
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
+    }
+
+
+def evaluate(data: dict, fit_levels: list[int]) -> dict:
+    """Fit the simulator's efficiencies on ``fit_levels`` and report its errors on the other levels."""
+    from engines.calibrate import calibrate
+    from engines.presets import gpu_from_dict, gpu_preset, model_from_dict
+    from engines.scheduler import EngineConfig
+
+    points = data["points"]
+    fit = [p for p in points if p["concurrency"] in fit_levels]
+    held = [p for p in points if p["concurrency"] not in fit_levels] or points
+    gpu = gpu_preset(data["gpu"]) if isinstance(data["gpu"], str) else gpu_from_dict(data["gpu"])
+    result = calibrate(fit, model_from_dict(data["model"]), gpu, EngineConfig.from_dict(data["engine"]))
+    rows = result.predict(held)
+    return {
+        "fit_levels": fit_levels,
+        "params": result.params.as_dict(),
+        "held_out": [
+            {
+                "concurrency": r["point"]["concurrency"],
+                "ttft_err_pct": r["ttft_err_pct"],
+                "tpot_err_pct": r["tpot_err_pct"],
+                "throughput_err_pct": r["throughput_err_pct"],
+            }
+            for r in rows
+        ],
+        "mean_abs_err_pct": result.mean_abs_error_pct(rows),
+    }
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("vllm-cpu", "torch", "transformers"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m benchmarks.vllm_cpu_points``."""
+    p = argparse.ArgumentParser(description="Measure calibration points on real vLLM-CPU (tiny Llama).")
+    p.add_argument(
+        "--out", "--json", dest="out", type=Path, default=Path("var/calibration/tiny-llama-cpu.json")
+    )
+    p.add_argument("--levels", default="1,2,4,8", help="comma-separated concurrency levels")
+    p.add_argument("--requests", type=int, default=24, help="requests per level")
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--output-len", type=int, default=64)
+    p.add_argument("--model", type=Path, default=ROOT / DEFAULT_PATH)
+    p.add_argument(
+        "--base-url", default=None, help="use a running server (started with this script's ENGINE)"
+    )
+    p.add_argument("--threads", type=int, default=None, help="engine OMP threads (default: cores - 1)")
+    p.add_argument("--compile", action="store_true", help="let vLLM compile with Inductor (slower start)")
+    p.add_argument("--evaluate", default=None, help="after measuring, fit on these levels (e.g. 1,8)")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    levels = [int(x) for x in a.levels.split(",") if x.strip()]
+
+    model_path = ensure_tiny_model(a.model)
+    threads = a.threads or default_threads()
+    server = None
+    started = time.perf_counter()
+    if a.base_url:
+        base_url = a.base_url.rstrip("/")
+    else:
+        server = vllm_server_start(
+            model_path=model_path,
+            served_model_name=MODEL_NAME,
+            engine_kwargs={**ENGINE, "enforce_eager": not a.compile},
+            threads=threads,
+            kv_cache_gib=KV_CACHE_GIB,
+            log_path=ROOT / "var/log/vllm-cpu-points.log",
+            timeout_s=900,
+        )
+        base_url = server.base_url
+        print(f"vLLM healthy after {server.startup_s:.1f} s ({threads} engine threads)", flush=True)
+    try:
+        # Warm-up: first requests pay one-off costs (allocator growth, first shapes) in the engine.
+        asyncio.run(
+            run_level(
+                base_url,
+                concurrency=2,
+                num_requests=4,
+                input_len=a.input_len,
+                output_len=8,
+                seed=a.seed + 999,
+            )
+        )
+        points = []
+        print(
+            f"{'conc':>4} {'reqs':>4} {'ttft_med_ms':>11} {'tpot_med_ms':>11} {'tok/s':>7} {'wall_s':>6} {'load':>5}"
+        )
+        for i, level in enumerate(levels):
+            point = asyncio.run(
+                run_level(
+                    base_url,
+                    concurrency=level,
+                    num_requests=max(a.requests, level),
+                    input_len=a.input_len,
+                    output_len=a.output_len,
+                    seed=a.seed + i,
+                )
+            )
+            points.append(point)
+            print(
+                f"{level:>4} {point['num_requests']:>4} {point['ttft_median_s'] * 1e3:>11.1f} "
+                f"{point['tpot_median_s'] * 1e3:>11.1f} {point['throughput_tok_s']:>7.1f} "
+                f"{point['duration_s']:>6.1f} {point['loadavg_1m_after']:>5.1f}",
+                flush=True,
+            )
+    finally:
+        if server is not None:
+            server.stop()
+    cores = len(os.sched_getaffinity(0))
+    data = {
+        "model": tiny_model_spec(model_path),
+        "gpu": "CPU",
+        "engine": {**ENGINE, "kv_cache_gib": KV_CACHE_GIB},
+        "tensor_parallel": 1,
+        "points": points,
+        "meta": {
+            "source": "benchmarks.vllm_cpu_points",
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "host_cores": cores,
+            "engine_threads": threads,
+            "enforce_eager": not a.compile,
+            "cpu": platform.processor() or platform.machine(),
+            "versions": _versions(),
+            "startup_s": server.startup_s if server else None,
+            "total_wall_s": time.perf_counter() - started,
+            # A host busier than its cores measured the neighbours too; say so next to the numbers.
+            "contended": any(pt["loadavg_1m_after"] > cores for pt in points),
+        },
+    }
+    if a.evaluate:
+        data["evaluation"] = evaluate(data, [int(x) for x in a.evaluate.split(",")])
+        ev = data["evaluation"]
+        print(f"fit on {ev['fit_levels']}: {ev['params']}")
+        for row in ev["held_out"]:
+            print(
+                f"  held-out concurrency {row['concurrency']}: TTFT {row['ttft_err_pct']:+.1f}%  "
+                f"TPOT {row['tpot_err_pct']:+.1f}%  throughput {row['throughput_err_pct']:+.1f}%"
+            )
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"wrote {a.out}" + ("  (host was contended: load > cores)" if data["meta"]["contended"] else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
