@@ -156,6 +156,77 @@ def known_timings(
     }
 
 
+def client_cpu_per_chunk(streams: int = 500, tokens: int = 64) -> list[dict]:
+    """CPU time per streamed chunk of the harness's aiohttp client vs an httpx client, same load.
+
+    Both read ``streams`` concurrent streams of ``tokens`` chunks (one per 50 ms) from the paced
+    server, on uvloop, parsing each SSE event with orjson; the wall time shows whether they kept up.
+    """
+    import asyncio
+    import resource
+
+    import httpx
+    import orjson
+
+    from evaluations.harness.client import new_session, stream_request
+    from evaluations.harness.loadgen import run_async
+    from evaluations.harness.records import RequestRecord
+
+    async def with_aiohttp(t: Target) -> int:
+        async with new_session(t) as s:
+            recs = await asyncio.gather(
+                *(
+                    stream_request(
+                        s,
+                        t,
+                        RequestRecord(index=i, planned_s=0),
+                        prompt="hi",
+                        max_tokens=tokens,
+                        prompt_tokens_hint=1,
+                        clock=time.perf_counter,
+                    )  # fmt: skip
+                    for i in range(streams)
+                )
+            )
+        return sum(len(r.chunk_s) for r in recs)
+
+    async def with_httpx(t: Target) -> int:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        async with httpx.AsyncClient(limits=limits, timeout=120) as c:
+
+            async def one() -> int:
+                n = 0
+                body = t.body(prompt="hi", max_tokens=tokens)
+                async with c.stream("POST", t.url, content=body, headers=t.headers()) as r:
+                    async for line in r.aiter_lines():
+                        if line.startswith("data:") and line[5:].strip() != "[DONE]":
+                            n += bool(orjson.loads(line[5:]).get("choices"))
+                return n
+
+            return sum(await asyncio.gather(*(one() for _ in range(streams))))
+
+    rows = []
+    with paced(50, 50) as url:
+        t = Target(base_url=url, model="paced")
+        for name, fn in (("aiohttp (harness)", with_aiohttp), ("httpx", with_httpx)):
+            r0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+            chunks = run_async(fn(t))
+            r1, wall = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - w0
+            cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
+            rows.append(
+                {
+                    "client": name,
+                    "streams": streams,
+                    "chunks": chunks,
+                    "ideal_wall_s": (50 + (tokens - 1) * 50) / 1e3,
+                    "wall_s": round(wall, 2),
+                    "cpu_s": round(cpu, 2),
+                    "cpu_us_per_chunk": round(cpu / max(chunks, 1) * 1e6, 1),
+                }
+            )
+    return rows
+
+
 def _f(x, fmt="{:.2f}"):
     return "-" if x is None else fmt.format(x)
 
@@ -169,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--processes", type=int, default=0, help="client processes (0 = auto)")
     p.add_argument(
         "--no-engines-server", action="store_true", help="skip the engines.server known-timings row"
+    )
+    p.add_argument(
+        "--no-client-compare", action="store_true", help="skip the aiohttp vs httpx CPU comparison"
     )
     p.add_argument("--json", dest="json_path")
     a = p.parse_args(argv)
@@ -209,6 +283,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{t['engine']:>24} {t['true_ttft_ms']:>9.1f} {t['ttft_p50_ms']:>9.2f} {t['ttft_error_pct']:>7.2f} "
             f"{t['true_tpot_ms']:>9.1f} {t['tpot_mean_ms']:>9.3f} {t['tpot_error_pct']:>7.2f}"
         )
+    clients = []
+    if not a.no_client_compare:
+        print("\nClient CPU per streamed chunk (500 streams x 64 tokens at 50 ms/token, uvloop):")
+        clients = client_cpu_per_chunk()
+        for c in clients:
+            print(
+                f"{c['client']:>18}: wall {c['wall_s']:.2f} s (ideal {c['ideal_wall_s']:.2f}), "
+                f"CPU {c['cpu_s']:.2f} s = {c['cpu_us_per_chunk']:.1f} us/chunk"
+            )
     at_1000 = next((r for r in rows if r["streams"] == 1000), None)
     print(f"\nmax_streams_sched_ok = {max_ok}")
     if at_1000:
@@ -229,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_streams_sched_ok": max_ok,
         "client_capacity": rows,
         "known_timings": timing_rows,
+        "client_cpu_per_chunk": clients,
     }
     if a.json_path:
         Path(a.json_path).parent.mkdir(parents=True, exist_ok=True)
