@@ -42,6 +42,20 @@ def _client(timeout: float) -> httpx.Client:
     )
 
 
+def _refused(response: httpx.Response) -> RayUnreachable | None:
+    """401/403: the cluster runs token auth and our RAY_AUTH_TOKEN is missing or wrong."""
+    if response.status_code in (401, 403):
+        hint = (
+            "set RAY_AUTH_TOKEN"
+            if not settings.RAY_AUTH_TOKEN
+            else "RAY_AUTH_TOKEN is not this cluster's token"
+        )
+        return RayUnreachable(
+            f"dashboard refused the request (HTTP {response.status_code}: {response.text[:200]}); {hint}"
+        )
+    return None
+
+
 def put_applications(config: dict, *, timeout: float = 60.0) -> None:
     """Deploy the whole declarative config; Ray deletes every application it leaves out."""
     try:
@@ -49,6 +63,9 @@ def put_applications(config: dict, *, timeout: float = 60.0) -> None:
             response = client.put(APPLICATIONS_PATH, json=config)
     except httpx.HTTPError as exc:
         raise RayUnreachable(f"{settings.RAY_DASHBOARD_URL}: {exc.__class__.__name__}: {exc}") from exc
+    refused = _refused(response)
+    if refused:
+        raise refused
     if response.status_code >= 500:
         raise RayUnreachable(f"dashboard answered {response.status_code}: {response.text[:2000]}")
     if response.status_code >= 400:
@@ -62,6 +79,9 @@ def get_applications(*, timeout: float = 15.0) -> dict:
             response = client.get(APPLICATIONS_PATH)
     except httpx.HTTPError as exc:
         raise RayUnreachable(f"{settings.RAY_DASHBOARD_URL}: {exc.__class__.__name__}: {exc}") from exc
+    refused = _refused(response)
+    if refused:
+        raise refused
     if response.status_code >= 400:
         raise RayUnreachable(f"dashboard answered {response.status_code}: {response.text[:2000]}")
     try:
