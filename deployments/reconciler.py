@@ -268,9 +268,12 @@ def _store_observation(details: dict, *, invalid: dict[int, str], rejected: str)
     now = timezone.now()
     moving = False
     changed = False
-    rows = Deployment.objects.exclude(status=Status.DELETED).select_related("model_version__model")
+    rows = list(Deployment.objects.exclude(status=Status.DELETED).select_related("model_version__model"))
+    # A deleted deployment's slug may already serve a new deployment: that app is not the old one's.
+    live_slugs = {d.slug for d in rows if not d.is_deleted}
     for d in rows:
-        fields = _observed_fields(d, apps.get(d.app_name), invalid=invalid.get(d.pk, ""), rejected=rejected)
+        app = None if d.is_deleted and d.slug in live_slugs else apps.get(d.app_name)
+        fields = _observed_fields(d, app, invalid=invalid.get(d.pk, ""), rejected=rejected)
         fields["observed_at"] = now
         failed = fields["status"] in (Status.DEPLOY_FAILED, Status.UNHEALTHY)
         if failed and fields["status_message"] and fields["status_message"] != d.last_error:
