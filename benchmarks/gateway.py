@@ -386,17 +386,23 @@ def main(argv: list[str] | None = None) -> int:
         for c in [int(x) for x in a.ladder.split(",") if x]:
             direct = run_load(engines, c, a.warm, a.duration, a.client_procs)
             via = run_load([gw_port], c, a.warm, a.duration, a.client_procs)
-            row = compare(direct, via) | {"concurrency": c}
-            row["ok"] = row["added_ttft_p99_ms"] <= 10 and row["errors"] == 0
+            row = compare(direct, via) | {"concurrency": c, "load_average_1m": os.getloadavg()[0]}
+            # A stage whose direct baseline missed the engine's own 20 ms TTFT by more than 20 ms
+            # measured the machine (other processes, the client), not the gateway: inconclusive.
+            row["baseline_ok"] = row["direct_ttft_p99_ms"] <= 40 and direct["errors"] == 0
+            row["ok"] = row["baseline_ok"] and row["added_ttft_p99_ms"] <= 10 and row["errors"] == 0
             ladder.append(row)
             print(
-                f"  ladder c={c}: added ttft p99 {row['added_ttft_p99_ms']:.2f} ms, errors {row['errors']}",
+                f"  ladder c={c}: added ttft p99 {row['added_ttft_p99_ms']:.2f} ms, errors {row['errors']}, "
+                f"baseline {'ok' if row['baseline_ok'] else 'INCONCLUSIVE'}",
                 file=sys.stderr,
             )
             if row["ok"]:
                 max_streams = c
-            elif ladder[-2:] and len(ladder) >= 2 and not ladder[-2]["ok"]:
-                break  # two failures in a row: stop climbing
+            elif (
+                len(ladder) >= 2 and not ladder[-2]["ok"] and row["baseline_ok"] and ladder[-2]["baseline_ok"]
+            ):
+                break  # two real failures in a row: stop climbing
 
         # CPU per request: no-delay engine, moderate concurrency, gateway CPU from /proc.
         publish_snapshot(a.redis_url, prefix, [nd_port], limits=not a.no_limits)
@@ -459,7 +465,8 @@ def print_table(r: dict) -> None:
         print(
             f"{c:>11} {x['direct_ttft_p50_ms']:7.2f}/{x['gateway_ttft_p50_ms']:<7.2f} {x['direct_ttft_p99_ms']:7.2f}/{x['gateway_ttft_p99_ms']:<7.2f} "
             f"{x['added_ttft_p50_ms']:10.2f} {x['added_ttft_p99_ms']:10.2f} {x['added_e2e_p50_ms']:9.2f} {x['added_e2e_p99_ms']:9.2f} "
-            f"{x['direct_requests']:>5}/{x['gateway_requests']:<5} {x['errors']:>4}"
+            f"{x['direct_requests']:>5}/{x['gateway_requests']:<5} {x['errors']:>4}  "
+            + ("" if x.get("baseline_ok", True) else "baseline inconclusive")
         )
     print(f"\nadded_ttft_p50_ms (c=64)  {r['added_ttft_p50_ms']:.2f}   target <= 1")
     print(f"added_ttft_p99_ms (c=64)  {r['added_ttft_p99_ms']:.2f}   target <= 5")
