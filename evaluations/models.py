@@ -81,6 +81,8 @@ class BenchmarkRun(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    # Written every second while a run executes: a running row whose heartbeat stopped lost its worker.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     task_id = models.CharField(max_length=64, blank=True)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -283,6 +284,21 @@ def benchmark_run_fail(*, run_id: int, error: str) -> None:
     )
 
 
+def benchmark_runs_reap_stale(*, stale_after_s: float = 120.0) -> int:
+    """Fail running runs whose heartbeat stopped (their worker died); returns how many.
+
+    A live run writes its heartbeat every second, so two minutes of silence means nobody is
+    running it any more. Safe to call at any time and from several places at once.
+    """
+    cutoff = timezone.now() - timedelta(seconds=stale_after_s)
+    return BenchmarkRun.objects.filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff).update(
+        status=RunStatus.FAILED,
+        finished_at=timezone.now(),
+        progress_message="failed: the worker stopped reporting",
+        error=f"No heartbeat for more than {stale_after_s:g} s: the worker running this benchmark died.",
+    )
+
+
 # --- execute ----------------------------------------------------------------------------------
 
 
@@ -327,11 +343,10 @@ class _ProgressWriter:
 
     def flush(self) -> None:
         frac, msg = self.value
-        if (frac, msg) != self.written:
-            BenchmarkRun.objects.filter(pk=self.run_id, status=RunStatus.RUNNING).update(
-                progress=min(99, int(frac * 100)), progress_message=msg[:255]
-            )
-            self.written = (frac, msg)
+        BenchmarkRun.objects.filter(pk=self.run_id, status=RunStatus.RUNNING).update(
+            progress=min(99, int(frac * 100)), progress_message=msg[:255], heartbeat_at=timezone.now()
+        )
+        self.written = (frac, msg)
         status = BenchmarkRun.objects.filter(pk=self.run_id).values_list("status", flat=True).first()
         self.cancelled = status == RunStatus.CANCELLED
 
@@ -374,8 +389,9 @@ def _predicted_engine(run: BenchmarkRun):
 
 def benchmark_run_execute(*, run_id: int, on_progress=None) -> BenchmarkRun:
     """Claim a queued run, run it, store its report. Idempotent: a second call does nothing."""
+    now = timezone.now()
     claimed = BenchmarkRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
-        status=RunStatus.RUNNING, started_at=timezone.now(), progress=0, progress_message="starting"
+        status=RunStatus.RUNNING, started_at=now, heartbeat_at=now, progress=0, progress_message="starting"
     )
     run = BenchmarkRun.objects.get(pk=run_id)
     if not claimed:

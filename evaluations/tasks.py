@@ -1,4 +1,8 @@
-"""Celery entry point for benchmark runs: take an id, call the service, record failures on the row."""
+"""Celery entry points for benchmark runs: take an id, call the service, record failures on the row.
+
+Beat: ``evaluations.benchmark_runs_reap_stale`` every minute fails runs whose worker died
+(see ``BEAT_SCHEDULE``; the Celery app merges it into its schedule).
+"""
 
 from __future__ import annotations
 
@@ -28,3 +32,16 @@ def benchmark_run_execute_task(run_id: int) -> dict:
 
     run = benchmark_run_execute(run_id=run_id)
     return {"id": run.pk, "status": run.status}
+
+
+@shared_task(name="evaluations.benchmark_runs_reap_stale", soft_time_limit=60, time_limit=90)
+def benchmark_runs_reap_stale_task() -> int:
+    """Mark running benchmarks without a heartbeat for two minutes as failed."""
+    from evaluations.services import benchmark_runs_reap_stale
+
+    return benchmark_runs_reap_stale()
+
+
+BEAT_SCHEDULE = {
+    "evaluations-reap-stale-benchmarks": {"task": "evaluations.benchmark_runs_reap_stale", "schedule": 60.0},
+}

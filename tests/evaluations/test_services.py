@@ -198,3 +198,22 @@ def test_execute_is_idempotent_and_cancel_stops_a_queued_run(admin_user):
     run = benchmark_run_execute(run_id=run.pk)  # not queued any more: nothing happens
     assert run.status == "cancelled" and run.results == {}
     assert not benchmark_run_cancel(run=run, actor=admin_user)
+
+
+def test_running_run_without_heartbeat_is_failed_by_the_reaper(admin_user):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from evaluations.services import benchmark_runs_reap_stale
+
+    alive = _create(admin_user, base_url="http://127.0.0.1:9/v1")
+    dead = _create(admin_user, base_url="http://127.0.0.1:9/v1")
+    now = timezone.now()
+    BenchmarkRun.objects.filter(pk=alive.pk).update(status="running", heartbeat_at=now - timedelta(seconds=5))
+    BenchmarkRun.objects.filter(pk=dead.pk).update(status="running", heartbeat_at=now - timedelta(minutes=5))
+    assert benchmark_runs_reap_stale() == 1
+    alive.refresh_from_db()
+    dead.refresh_from_db()
+    assert alive.status == "running"
+    assert dead.status == "failed" and "worker" in dead.error and dead.finished_at
