@@ -15,6 +15,7 @@
       options: Object.assign({
         animation: false,
         parsing: false,
+        maintainAspectRatio: false,
         scales: {
           x: { type: "linear", title: { display: true, text: xTitle } },
           y: { beginAtZero: true, title: { display: true, text: yTitle } },
@@ -36,7 +37,7 @@
       ds("TPOT p50 (ms)", xy(d.levels, d.tpot_p50), 1, { yAxisID: "y2" }),
       ds("TPOT p99 (ms)", xy(d.levels, d.tpot_p99), 1, { yAxisID: "y2", borderDash: [5, 4] }),
     ], "offered load (" + unit + ")", "TTFT (ms)", {
-      animation: false, parsing: false,
+      animation: false, parsing: false, maintainAspectRatio: false,
       scales: {
         x: { type: "linear", title: { display: true, text: "offered load (" + unit + ")" } },
         y: { beginAtZero: true, title: { display: true, text: "TTFT (ms)" } },
@@ -48,7 +49,7 @@
       ds("request throughput (req/s)", xy(d.levels, d.request_throughput), 0, { borderDash: [5, 4] }),
       ds("SLA attainment", xy(d.levels, d.attainment), 3, { yAxisID: "y2" }),
     ], "offered load (" + unit + ")", "req/s", {
-      animation: false, parsing: false,
+      animation: false, parsing: false, maintainAspectRatio: false,
       scales: {
         x: { type: "linear", title: { display: true, text: "offered load (" + unit + ")" } },
         y: { beginAtZero: true, title: { display: true, text: "req/s" } },
@@ -60,7 +61,7 @@
       ds("TTFT (ms)", xy(centers(d.ttft_hist), d.ttft_hist.counts), 0, { stepped: "middle", pointRadius: 0 }),
       ds("TPOT (ms)", xy(centers(d.tpot_hist), d.tpot_hist.counts), 1, { stepped: "middle", pointRadius: 0, xAxisID: "x2" }),
     ], "TTFT (ms)", "requests", {
-      animation: false, parsing: false,
+      animation: false, parsing: false, maintainAspectRatio: false,
       scales: {
         x: { type: "linear", title: { display: true, text: "TTFT (ms)" } },
         x2: { type: "linear", position: "top", title: { display: true, text: "TPOT (ms)" } },
@@ -73,7 +74,7 @@
         ds("running", xy(d.series_t, d.series_running), 2, { pointRadius: 0, yAxisID: "y2" }),
         ds("waiting", xy(d.series_t, d.series_waiting), 1, { pointRadius: 0, yAxisID: "y2" }),
       ], "time (s)", "KV usage", {
-        animation: false, parsing: false,
+        animation: false, parsing: false, maintainAspectRatio: false,
         scales: {
           x: { type: "linear", title: { display: true, text: "time since start (s)" } },
           y: { min: 0, max: 1, title: { display: true, text: "KV cache usage" } },
@@ -91,7 +92,7 @@
       ds("A: attainment", xy(d.a.levels, d.a.attainment), 0, { yAxisID: "y2", borderDash: [5, 4] }),
       ds("B: attainment", xy(d.b.levels, d.b.attainment), 1, { yAxisID: "y2", borderDash: [5, 4] }),
     ], "offered load (" + unit + ")", "req/s", {
-      animation: false, parsing: false,
+      animation: false, parsing: false, maintainAspectRatio: false,
       scales: {
         x: { type: "linear", title: { display: true, text: "offered load (" + unit + ")" } },
         y: { beginAtZero: true, title: { display: true, text: "goodput (req/s)" } },
@@ -104,7 +105,7 @@
       ds("A: TPOT p99", xy(d.a.levels, d.a.tpot_p99), 0, { yAxisID: "y2", borderDash: [5, 4] }),
       ds("B: TPOT p99", xy(d.b.levels, d.b.tpot_p99), 1, { yAxisID: "y2", borderDash: [5, 4] }),
     ], "offered load", "ms", {
-      animation: false, parsing: false,
+      animation: false, parsing: false, maintainAspectRatio: false,
       scales: {
         x: { type: "linear", title: { display: true, text: "offered load (" + unit + ")" } },
         y: { beginAtZero: true, title: { display: true, text: "TTFT p99 (ms)" } },
