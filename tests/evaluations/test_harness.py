@@ -136,14 +136,25 @@ def test_concurrency_ladder_runs_every_level():
     assert results[1].summary["duration_s"] < results[0].summary["duration_s"] / 2.5
 
 
-def test_sweep_finds_the_analytically_known_capacity():
+def _paced_slots(slots: int):
+    return paced_server("--ttft-ms", "50", "--tpot-ms", "10", "--max-running", str(slots))
+
+
+def _engines_slots(slots: int):
+    return engines_fixed_server(50, 10, "--max-num-seqs", str(slots), "--max-num-batched-tokens", "8192")
+
+
+@pytest.mark.parametrize(
+    "server", [_paced_slots, _engines_slots], ids=["paced_server", "engines_server_fixed"]
+)
+def test_sweep_finds_the_analytically_known_capacity(server):
     # 4 service slots, each request holds one for 50 ms + 31 * 10 ms = 0.36 s: N/S = 11.1 req/s.
     # Below it constant arrivals never queue. Above it, at rate N/S * (1 + e), request k waits about
     # k * e / rate, so over a stage of T seconds the share waiting <= margin (the SLA's TTFT slack)
     # is margin / (e * T): attainment falls to the 0.9 target at e = margin / (0.9 * T).
     slots, service_s, margin_s, stage_s = 4, 0.050 + 31 * 0.010, 0.200, 3.0
     capacity = slots / service_s * (1 + margin_s / (0.9 * stage_s))
-    with paced_server("--ttft-ms", "50", "--tpot-ms", "10", "--max-running", str(slots)) as url:
+    with server(slots) as url:
         wl = Workload(arrival=constant(1), input=fixed(8), output=fixed(32))
         result = find_capacity(
             target=_target(url),
