@@ -51,3 +51,36 @@ def test_admin_starts_a_run_watches_it_finish_and_reads_the_report(
     page.click("text=Compare…")
     page.click("form[action$='/compare/'] button[type=submit]")
     page.wait_for_selector("#compare-table")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_sweeps_a_deployment_and_compares_with_an_earlier_run(
+    page,  # noqa: F811
+    live_server,
+    celery_worker_process,
+    admin_user,
+):
+    from .factories import BenchmarkRunFactory, DeploymentFactory
+
+    earlier = BenchmarkRunFactory(name="earlier measured run")
+    dep = DeploymentFactory(name="llama-8b-h100", tensor_parallel_size=1)
+    base = live_server.url
+    login(page, base, admin_user.username)
+    page.goto(f"{base}/benchmarks/new/?deployment={dep.pk}")
+    page.select_option("#id_kind", "predicted")
+    page.select_option("#id_mode", "sweep")
+    page.fill("#id_rate", "4")
+    page.fill("#id_duration_s", "20")
+    page.fill("#id_name", "predicted sweep")
+    page.click("#run-form button[type=submit]")
+    page.wait_for_url(f"{base}/benchmarks/*/")
+    page.wait_for_selector("#headline", timeout=90_000)
+    assert page.locator(".badge-predicted").first.is_visible()
+    assert "req/s" in page.inner_text("#capacity-rate") and "$" in page.inner_text("#usd-per-mtok")
+    run_url = page.url
+    json_resp = page.request.get(run_url + "export.json")
+    assert json_resp.ok and json_resp.json()["results"]["sweep"]["converged"]
+    page.goto(f"{base}/benchmarks/compare/?a={earlier.pk}&b={run_url.rstrip('/').split('/')[-1]}")
+    page.wait_for_selector("#compare-table")
+    text = page.inner_text("#compare-table")
+    assert "earlier measured run" in text and "predicted sweep" in text and "$ / M output tokens" in text
