@@ -138,6 +138,14 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["governor.access.IsPlatformUser"],
+    # Several apps have a "status" or "kind" field with different choices; name each enum apart.
+    "ENUM_NAME_OVERRIDES": {
+        "DeploymentStatusEnum": "deployments.constants.Status",
+        "DeploymentEventKindEnum": "deployments.constants.EventKind",
+        "BenchmarkRunStatusEnum": "evaluations.constants.RunStatus",
+        "BenchmarkRunKindEnum": "evaluations.constants.RunKind",
+        "UsageEventStatusEnum": "billing.models_gateway.UsageEvent.Status",
+    },
 }
 
 # Celery: broker and result backend are both Redis.
