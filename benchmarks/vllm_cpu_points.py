@@ -56,6 +56,40 @@ ENGINE = {
 KV_CACHE_GIB = 1
 # Token ids below this are special or byte tokens; prompts draw from the merged-word range above it.
 FIRST_PROMPT_ID = 300
+# vLLM's own histograms, scraped around each level: their means split the client's TTFT into queueing,
+# engine prefill and what is left for the API server (HTTP, IPC to the engine core, detokenizing, SSE).
+SERVER_HISTOGRAMS = {
+    "server_ttft_mean_s": "vllm:time_to_first_token_seconds",
+    "server_queue_mean_s": "vllm:request_queue_time_seconds",
+    "server_prefill_mean_s": "vllm:request_prefill_time_seconds",
+    "server_itl_mean_s": "vllm:inter_token_latency_seconds",
+    "server_e2e_mean_s": "vllm:e2e_request_latency_seconds",
+}
+
+
+async def scrape_histograms(client: httpx.AsyncClient) -> dict[str, tuple[float, float]]:
+    """``{histogram name: (sum, count)}`` from the server's ``/metrics`` (label sets summed)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = (await client.get("/metrics")).text
+    found: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            for suffix, index in (("_sum", 0), ("_count", 1)):
+                if sample.name.endswith(suffix):
+                    slot = found.setdefault(sample.name[: -len(suffix)], [0.0, 0.0])
+                    slot[index] += sample.value
+    return {name: (v[0], v[1]) for name, v in found.items()}
+
+
+def histogram_means(before: dict, after: dict) -> dict[str, float | None]:
+    """Mean of each ``SERVER_HISTOGRAMS`` entry over the observations made between two scrapes."""
+    means: dict[str, float | None] = {}
+    for key, name in SERVER_HISTOGRAMS.items():
+        s0, c0 = before.get(name, (0.0, 0.0))
+        s1, c1 = after.get(name, (0.0, 0.0))
+        means[key] = (s1 - s0) / (c1 - c0) if c1 > c0 else None
+    return means
 
 
 def tiny_model_spec(path: Path) -> dict:
@@ -134,10 +168,12 @@ async def run_level(
             while queue:
                 results.append(await _one(client, queue.pop(), output_len))
 
+        scraped = await scrape_histograms(client)
         load_before = os.getloadavg()[0]
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - started
+        server = histogram_means(scraped, await scrape_histograms(client))
     ok = [r for r in results if "error" not in r]
     errors = [r["error"] for r in results if "error" in r]
     if not ok:
@@ -159,6 +195,7 @@ async def run_level(
         "duration_s": wall,
         "errors": len(errors),
         "prompt_tokens_median": statistics.median(r["prompt_tokens"] for r in ok),
+        **server,
         "loadavg_1m_before": round(load_before, 2),
         "loadavg_1m_after": round(os.getloadavg()[0], 2),
     }
@@ -174,7 +211,14 @@ def evaluate(data: dict, fit_levels: list[int]) -> dict:
     fit = [p for p in points if p["concurrency"] in fit_levels]
     held = [p for p in points if p["concurrency"] not in fit_levels] or points
     gpu = gpu_preset(data["gpu"]) if isinstance(data["gpu"], str) else gpu_from_dict(data["gpu"])
-    result = calibrate(fit, model_from_dict(data["model"]), gpu, EngineConfig.from_dict(data["engine"]))
+    # vLLM-CPU pays a visible per-sequence cost per step (sampler, detokenizer on a shared core).
+    result = calibrate(
+        fit,
+        model_from_dict(data["model"]),
+        gpu,
+        EngineConfig.from_dict(data["engine"]),
+        fit=("mfu", "mbu", "step_overhead_s", "per_seq_overhead_s"),
+    )
     rows = result.predict(held)
     return {
         "fit_levels": fit_levels,
@@ -190,6 +234,10 @@ def evaluate(data: dict, fit_levels: list[int]) -> dict:
         ],
         "mean_abs_err_pct": result.mean_abs_error_pct(rows),
     }
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.1f}"
 
 
 def _versions() -> dict:
@@ -274,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{level:>4} {point['num_requests']:>4} {point['ttft_median_s'] * 1e3:>11.1f} "
                 f"{point['tpot_median_s'] * 1e3:>11.1f} {point['throughput_tok_s']:>7.1f} "
-                f"{point['duration_s']:>6.1f} {point['loadavg_1m_after']:>5.1f}",
+                f"{point['duration_s']:>6.1f} {_ms(point['server_queue_mean_s']):>12} "
+                f"{_ms(point['server_prefill_mean_s']):>14} {_ms(point['server_itl_mean_s']):>10} "
+                f"{point['loadavg_1m_after']:>5.1f}",
                 flush=True,
             )
     finally:
