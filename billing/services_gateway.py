@@ -322,6 +322,8 @@ def budget_alerts_record() -> int:
 
 
 def _alert_create(*, tenant_id: int, period_key: str, percent: int, spent_nanos: int) -> int:
+    if not Tenant.objects.filter(pk=tenant_id).exists():
+        return 0  # deleted since the gateway pushed the crossing
     if BudgetAlert.objects.filter(tenant_id=tenant_id, period_key=period_key, percent=percent).exists():
         return 0
     try:

@@ -193,15 +193,38 @@ def engine_b(gw_tmp):
 
 
 @pytest.fixture(scope="session")
-def gateway(gw_tmp, django_db_setup, django_db_blocker):
-    """One gateway process for the session, shipping usage to the test database."""
+def gateway_db_url(django_db_setup, django_db_blocker) -> str:
     from tests.conftest import test_database_url
 
     with django_db_blocker.unblock():
-        db_url = test_database_url()
-    proc, url = start_gateway(gw_tmp, database_url=db_url)
+        return test_database_url()
+
+
+@pytest.fixture(scope="session")
+def _gateway_session(gw_tmp, gateway_db_url):
+    proc, url = start_gateway(gw_tmp, database_url=gateway_db_url)
     yield url
     proc.stop()
+
+
+@pytest.fixture
+def gateway(_gateway_session, gateway_db_url):
+    """The session's gateway process, shipping usage to the test database.
+
+    The shipper commits outside the test's transaction, so its rows would outlive the test: after
+    each test, wait until everything spooled is shipped and delete it (other tests count usage).
+    """
+    yield _gateway_session
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        h = httpx.get(_gateway_session + "/healthz").json()
+        if h["shipped"] >= h["spool_events"]:
+            break
+        time.sleep(0.1)
+    import psycopg
+
+    with psycopg.connect(gateway_db_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM billing_usage_event")
 
 
 def publish(gateway_url: str, routes: dict) -> int:
