@@ -35,7 +35,9 @@ def private_pg(tmp_path):
     pg.create_database("usage")
     url = pg.url("usage")
     env = subprocess_env(DATABASE_URL=url)
-    subprocess.run([sys.executable, "manage.py", "migrate", "billing", "-v", "0"], cwd=ROOT, env=env, check=True)
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "billing", "-v", "0"], cwd=ROOT, env=env, check=True
+    )
     yield pg, url
     pg.started = True
     pg.stop()
@@ -67,11 +69,19 @@ class Load:
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
     async def _worker(self, http: httpx.AsyncClient) -> None:
-        body = {"model": "sim-llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
+        body = {
+            "model": "sim-llama",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 8,
+            "stream": True,
+        }
         while not self._stop.is_set():
             try:
                 async with http.stream(
-                    "POST", self.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {self.secret}"}
+                    "POST",
+                    self.url + "/v1/chat/completions",
+                    json=body,
+                    headers={"Authorization": f"Bearer {self.secret}"},
                 ) as r:
                     data = await r.aread()
                     if r.status_code == 200 and data.endswith(b"data: [DONE]\n\n") and b'"error"' not in data:

@@ -21,7 +21,13 @@ def _app(name: str, slug: str) -> dict:
         "name": slug,
         "route_prefix": f"/d/{slug}",
         "import_path": "engines.serve_app:build_app",
-        "args": {"model_name": name, "model": "llama-3.1-8b", "gpu": "H100", "fixed_ttft_ms": 5, "fixed_tpot_ms": 2},
+        "args": {
+            "model_name": name,
+            "model": "llama-3.1-8b",
+            "gpu": "H100",
+            "fixed_ttft_ms": 5,
+            "fixed_tpot_ms": 2,
+        },
     }
 
 
@@ -35,9 +41,14 @@ def serve_urls(ray_cluster):  # noqa: F811
 
 def test_openai_clients_through_gateway_to_ray_serve(gateway, serve_urls, tenant, admin_user):
     _, secret = api_key_create(tenant=tenant, name="ray", actor=admin_user)
-    publish(gateway, route("sim-llama", (11, "ray-a", serve_urls["ray-a"], 1.0), (12, "ray-b", serve_urls["ray-b"], 1.0)))
+    publish(
+        gateway,
+        route("sim-llama", (11, "ray-a", serve_urls["ray-a"], 1.0), (12, "ray-b", serve_urls["ray-b"], 1.0)),
+    )
     c = openai.OpenAI(base_url=gateway + "/v1", api_key=secret, max_retries=0)
-    r = c.chat.completions.create(model="sim-llama", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+    r = c.chat.completions.create(
+        model="sim-llama", messages=[{"role": "user", "content": "hi"}], max_tokens=8
+    )
     assert r.usage.completion_tokens == 8
     chunks = list(
         c.chat.completions.create(
