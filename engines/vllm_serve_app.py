@@ -85,6 +85,10 @@ class VllmProxy:
             )
         return self._client
 
+    async def get_health(self) -> httpx.Response:
+        """``GET /health`` on the upstream server (for the replica's health check)."""
+        return await self._http().get("/health", timeout=20.0)
+
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
@@ -184,13 +188,16 @@ class VLLMCPUEngine:
     def __serve_build_asgi_app__(self):  # noqa: N807 (Serve's hook name)
         return self._proxy
 
-    def check_health(self) -> None:
-        """Serve's replica health check: the child is alive and its ``/health`` answers 200."""
+    async def check_health(self) -> None:
+        """Serve's replica health check: the child is alive and its ``/health`` answers 200.
+
+        Async on purpose: it runs on the replica's user event loop, which also proxies the requests.
+        """
         server = self._server
         if server is None or server.process.poll() is not None:
             code = None if server is None else server.process.returncode
             raise RuntimeError(f"vLLM server exited ({code}):\n{server.log_tail(2000) if server else ''}")
-        response = httpx.get(f"{server.base_url}/health", timeout=20.0)
+        response = await self._proxy.get_health()
         if response.status_code != 200:
             raise RuntimeError(f"vLLM /health answered {response.status_code}")
 
