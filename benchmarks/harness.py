@@ -157,10 +157,10 @@ def known_timings(
 
 
 def client_cpu_per_chunk(streams: int = 500, tokens: int = 64) -> list[dict]:
-    """CPU time per streamed chunk of the harness's aiohttp client vs an httpx client, same load.
+    """CPU time per streamed chunk: the harness's client vs aiohttp vs httpx, same load.
 
-    Both read ``streams`` concurrent streams of ``tokens`` chunks (one per 50 ms) from the paced
-    server, on uvloop, parsing each SSE event with orjson; the wall time shows whether they kept up.
+    Each reads ``streams`` concurrent streams of ``tokens`` chunks (one per 50 ms) from the paced
+    server, on uvloop, parsing each SSE event with orjson; the wall time shows whether it kept up.
     """
     import asyncio
     import resource
@@ -172,7 +172,7 @@ def client_cpu_per_chunk(streams: int = 500, tokens: int = 64) -> list[dict]:
     from evaluations.harness.loadgen import run_async
     from evaluations.harness.records import RequestRecord
 
-    async def with_aiohttp(t: Target) -> int:
+    async def with_harness(t: Target) -> int:
         async with new_session(t) as s:
             recs = await asyncio.gather(
                 *(
@@ -189,6 +189,25 @@ def client_cpu_per_chunk(streams: int = 500, tokens: int = 64) -> list[dict]:
                 )
             )
         return sum(len(r.chunk_s) for r in recs)
+
+    async def with_aiohttp(t: Target) -> int:
+        import aiohttp
+
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector, headers=t.headers()) as s:
+
+            async def one() -> int:
+                n, buf = 0, b""
+                async with s.post(t.url, data=t.body(prompt="hi", max_tokens=tokens)) as r:
+                    async for data in r.content.iter_any():
+                        buf += data
+                        while (end := buf.find(b"\n\n")) >= 0:
+                            event, buf = buf[:end], buf[end + 2 :]
+                            if event.startswith(b"data:") and event[5:].strip() != b"[DONE]":
+                                n += bool(orjson.loads(event[5:]).get("choices"))
+                return n
+
+            return sum(await asyncio.gather(*(one() for _ in range(streams))))
 
     async def with_httpx(t: Target) -> int:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
@@ -208,7 +227,12 @@ def client_cpu_per_chunk(streams: int = 500, tokens: int = 64) -> list[dict]:
     rows = []
     with paced(50, 50) as url:
         t = Target(base_url=url, model="paced")
-        for name, fn in (("aiohttp (harness)", with_aiohttp), ("httpx", with_httpx)):
+        clients = (
+            ("harness (asyncio.Protocol)", with_harness),
+            ("aiohttp iter_any", with_aiohttp),
+            ("httpx", with_httpx),
+        )
+        for name, fn in clients:
             r0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
             chunks = run_async(fn(t))
             r1, wall = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - w0
@@ -289,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         clients = client_cpu_per_chunk()
         for c in clients:
             print(
-                f"{c['client']:>18}: wall {c['wall_s']:.2f} s (ideal {c['ideal_wall_s']:.2f}), "
+                f"{c['client']:>26}: wall {c['wall_s']:.2f} s (ideal {c['ideal_wall_s']:.2f}), "
                 f"CPU {c['cpu_s']:.2f} s = {c['cpu_us_per_chunk']:.1f} us/chunk"
             )
     at_1000 = next((r for r in rows if r["streams"] == 1000), None)

@@ -219,3 +219,35 @@ def test_cost_per_million_tokens_formula():
     # $3.60/hour at 1,000 tokens/s = 3.6M tokens/hour -> $1 per million tokens.
     assert usd_per_million_tokens(usd_per_hour=3.6, tokens_per_s=1000) == pytest.approx(1.0)
     assert usd_per_million_tokens(usd_per_hour=3.6, tokens_per_s=0) is None
+
+
+def test_stream_parser_handles_any_split_of_the_bytes():
+    """Chunked framing and SSE events cut at every possible byte boundary parse the same."""
+    import asyncio
+
+    from evaluations.harness.fastclient import _Conn
+
+    events = [
+        b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n',
+        b'data: {"choices":[{"index":0,"text":" b","finish_reason":"length"}]}\n\n',
+        b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    raw = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+
+    async def feed(step: int):
+        loop = asyncio.get_running_loop()
+        ticks = iter(range(10_000))
+        conn = _Conn(lambda: float(next(ticks)))
+        rec = RequestRecord(index=0, planned_s=0)
+        done = loop.create_future()
+        conn._reset(rec, done)
+        for i in range(0, len(raw), step):
+            conn.data_received(raw[i : i + step])
+        return rec, await asyncio.wait_for(done, 1)
+
+    for step in (1, 2, 3, 7, 64, len(raw)):
+        rec, usage = asyncio.run(feed(step))
+        assert not rec.error, (step, rec.detail)
+        assert len(rec.chunk_s) == 2 and usage == {"prompt_tokens": 3, "completion_tokens": 2}
