@@ -27,6 +27,7 @@ name). Under the route prefix the replica answers whatever vLLM answers: ``/v1/c
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from pathlib import Path
@@ -54,6 +55,12 @@ _DROP_RESPONSE_HEADERS = frozenset(
 )
 
 
+async def _wait_disconnect(receive) -> None:
+    """Return when the ASGI server reports that the client went away."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 def cpu_engine_kwargs(engine: dict[str, Any] | None) -> dict[str, Any]:
     """The deployment's engine arguments adapted to vLLM's CPU backend."""
     kwargs = {k: v for k, v in (engine or {}).items() if k not in CPU_IGNORED_ENGINE_KEYS}
@@ -67,8 +74,9 @@ class VllmProxy:
     """Raw ASGI app that forwards every request to the replica's vLLM server and streams the answer.
 
     Serve mounts the app under the route prefix and passes it as ``root_path``; the prefix is cut off
-    so vLLM sees its own paths. When the client goes away Serve cancels this coroutine, which closes
-    the upstream response, and vLLM aborts the request and frees its KV blocks.
+    so vLLM sees its own paths. When the client goes away (Serve cancels this coroutine, or the
+    ASGI server reports ``http.disconnect``) the upstream response is closed, and vLLM aborts the
+    request and frees its KV blocks.
     """
 
     def __init__(self, base_url: str) -> None:
@@ -118,23 +126,36 @@ class VllmProxy:
         except httpx.HTTPError as exc:
             await self._error(send, 503, f"vLLM server unreachable: {exc.__class__.__name__}")
             return
+        # ASGI servers do not fail ``send`` after the client left; ``receive`` says so. Watch it and
+        # stop pumping, so the upstream stream closes and vLLM aborts the request.
+        watcher = asyncio.ensure_future(_wait_disconnect(receive))
+        pump = asyncio.ensure_future(self._pump(upstream, send))
         try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": upstream.status_code,
-                    "headers": [
-                        (k.encode("latin-1"), v.encode("latin-1"))
-                        for k, v in upstream.headers.multi_items()
-                        if k.lower() not in _DROP_RESPONSE_HEADERS
-                    ],
-                }
-            )
-            async for chunk in upstream.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await asyncio.wait({watcher, pump}, return_when=asyncio.FIRST_COMPLETED)
+            if pump.done():
+                pump.result()  # re-raise what failed while sending
         finally:
+            for task in (watcher, pump):
+                task.cancel()
+            await asyncio.gather(watcher, pump, return_exceptions=True)
             await upstream.aclose()
+
+    @staticmethod
+    async def _pump(upstream: httpx.Response, send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": upstream.status_code,
+                "headers": [
+                    (k.encode("latin-1"), v.encode("latin-1"))
+                    for k, v in upstream.headers.multi_items()
+                    if k.lower() not in _DROP_RESPONSE_HEADERS
+                ],
+            }
+        )
+        async for chunk in upstream.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     @staticmethod
     async def _error(send, status: int, message: str) -> None:

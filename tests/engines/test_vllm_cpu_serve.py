@@ -104,6 +104,24 @@ def test_serve_app_streams_completions_metrics_and_cleans_up(ray_cluster):  # no
     bad = httpx.post(f"{base}/v1/completions", json={"model": "nope", "prompt": "x"}, timeout=60)
     assert bad.status_code == 404 and "nope" in bad.text
 
+    # A client that leaves mid-stream frees the engine: vLLM aborts instead of generating 1000 tokens.
+    before = metrics["vllm:generation_tokens_total"]
+    body = {"model": MODEL_NAME, "prompt": "x", "max_tokens": 1000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=120) as response:
+        lines = response.iter_lines()
+        for _ in range(5):
+            next(lines)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        metrics = metric_samples(httpx.get(f"{base}/metrics", timeout=30).text)
+        if metrics["vllm:num_requests_running"] == 0:
+            break
+        time.sleep(0.2)
+    assert metrics["vllm:num_requests_running"] == 0
+    time.sleep(1)
+    metrics = metric_samples(httpx.get(f"{base}/metrics", timeout=30).text)
+    assert metrics["vllm:generation_tokens_total"] - before < 1000
+
     assert len(vllm_children()) == 1
     ray_cluster.serve_put(ray_cluster.serve_config([]))  # apps left out are deleted
     deadline = time.monotonic() + 120
