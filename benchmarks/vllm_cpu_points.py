@@ -18,7 +18,7 @@ Output (``--out``): the file ``benchmarks.simulator --calibration-points`` and
 ``--evaluate 1,8`` afterwards fits the simulator on those levels and prints its error on the others.
 
     python -m benchmarks.vllm_cpu_points --out var/calibration/tiny-llama-cpu.json
-    python -m benchmarks.vllm_cpu_points --levels 1,2 --requests 8 --out /tmp/points.json
+    python -m benchmarks.vllm_cpu_points --levels 1,2 --requests 8 --rounds 1 --out /tmp/points.json
 """
 
 from __future__ import annotations
@@ -82,16 +82,6 @@ async def scrape_histograms(client: httpx.AsyncClient) -> dict[str, tuple[float,
     return {name: (v[0], v[1]) for name, v in found.items()}
 
 
-def histogram_means(before: dict, after: dict) -> dict[str, float | None]:
-    """Mean of each ``SERVER_HISTOGRAMS`` entry over the observations made between two scrapes."""
-    means: dict[str, float | None] = {}
-    for key, name in SERVER_HISTOGRAMS.items():
-        s0, c0 = before.get(name, (0.0, 0.0))
-        s1, c1 = after.get(name, (0.0, 0.0))
-        means[key] = (s1 - s0) / (c1 - c0) if c1 > c0 else None
-    return means
-
-
 def tiny_model_spec(path: Path) -> dict:
     """The tiny checkpoint as ``engines.specs.ModelSpec`` fields (read from its config.json)."""
     config = json.loads((path / "config.json").read_text())
@@ -153,10 +143,10 @@ async def _one(client: httpx.AsyncClient, prompt: list[int], output_len: int) ->
     }
 
 
-async def run_level(
+async def run_round(
     base_url: str, *, concurrency: int, num_requests: int, input_len: int, output_len: int, seed: int
 ) -> dict:
-    """A closed loop of ``concurrency`` clients until ``num_requests`` completed; one point."""
+    """A closed loop of ``concurrency`` clients until ``num_requests`` completed: raw results."""
     rng = np.random.default_rng(seed)
     prompts = [rng.integers(FIRST_PROMPT_ID, 3000, size=input_len).tolist() for _ in range(num_requests)]
     queue = list(reversed(prompts))
@@ -168,19 +158,44 @@ async def run_level(
             while queue:
                 results.append(await _one(client, queue.pop(), output_len))
 
-        scraped = await scrape_histograms(client)
+        before = await scrape_histograms(client)
         load_before = os.getloadavg()[0]
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - started
-        server = histogram_means(scraped, await scrape_histograms(client))
+        after = await scrape_histograms(client)
+    return {
+        "results": results,
+        "wall": wall,
+        "histograms": {
+            name: _delta(before.get(name), after.get(name)) for name in SERVER_HISTOGRAMS.values()
+        },
+        "load": (load_before, os.getloadavg()[0]),
+    }
+
+
+def _delta(before: tuple[float, float] | None, after: tuple[float, float] | None) -> tuple[float, float]:
+    s0, c0 = before or (0.0, 0.0)
+    s1, c1 = after or (0.0, 0.0)
+    return s1 - s0, c1 - c0
+
+
+def summarize_level(rounds: list[dict], *, concurrency: int, input_len: int, output_len: int) -> dict:
+    """One calibration point from the rounds of one level (requests pooled, walls summed)."""
+    results = [r for rnd in rounds for r in rnd["results"]]
     ok = [r for r in results if "error" not in r]
     errors = [r["error"] for r in results if "error" in r]
     if not ok:
         raise RuntimeError(f"concurrency {concurrency}: every request failed: {errors[:3]}")
     ttfts = [r["ttft_s"] for r in ok]
     tpots = [r["tpot_s"] for r in ok if r["tpot_s"] is not None]
-    out_tokens = sum(r["output_tokens"] for r in ok)
+    wall = sum(rnd["wall"] for rnd in rounds)
+    server = {}
+    for key, name in SERVER_HISTOGRAMS.items():
+        total = sum(rnd["histograms"][name][0] for rnd in rounds)
+        count = sum(rnd["histograms"][name][1] for rnd in rounds)
+        server[key] = total / count if count else None
+    loads = [x for rnd in rounds for x in rnd["load"]]
     return {
         "concurrency": concurrency,
         "input_len": input_len,
@@ -188,16 +203,17 @@ async def run_level(
         "num_requests": len(ok),
         "ttft_median_s": statistics.median(ttfts),
         "tpot_median_s": statistics.median(tpots),
-        "throughput_tok_s": out_tokens / wall,
+        "throughput_tok_s": sum(r["output_tokens"] for r in ok) / wall,
         "ttft_p90_s": float(np.percentile(ttfts, 90)),
         "tpot_p90_s": float(np.percentile(tpots, 90)),
         "e2e_median_s": statistics.median(r["e2e_s"] for r in ok),
         "duration_s": wall,
+        "rounds": len(rounds),
         "errors": len(errors),
         "prompt_tokens_median": statistics.median(r["prompt_tokens"] for r in ok),
         **server,
-        "loadavg_1m_before": round(load_before, 2),
-        "loadavg_1m_after": round(os.getloadavg()[0], 2),
+        "loadavg_1m_max": round(max(loads), 2),
+        "loadavg_1m_mean": round(sum(loads) / len(loads), 2),
     }
 
 
@@ -259,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         "--out", "--json", dest="out", type=Path, default=Path("var/calibration/tiny-llama-cpu.json")
     )
     p.add_argument("--levels", default="1,2,4,8", help="comma-separated concurrency levels")
-    p.add_argument("--requests", type=int, default=24, help="requests per level")
+    p.add_argument("--requests", type=int, default=96, help="requests per level (over all rounds)")
+    p.add_argument("--rounds", type=int, default=3, help="passes over the levels, interleaved")
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--model", type=Path, default=ROOT / DEFAULT_PATH)
@@ -294,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Warm-up: first requests pay one-off costs (allocator growth, first shapes) in the engine.
         asyncio.run(
-            run_level(
+            run_round(
                 base_url,
                 concurrency=2,
                 num_requests=4,
@@ -303,29 +320,42 @@ def main(argv: list[str] | None = None) -> int:
                 seed=a.seed + 999,
             )
         )
-        points = []
-        print(
-            f"{'conc':>4} {'reqs':>4} {'ttft_med_ms':>11} {'tpot_med_ms':>11} {'tok/s':>7} {'wall_s':>6} {'load':>5}"
-        )
-        for i, level in enumerate(levels):
-            point = asyncio.run(
-                run_level(
-                    base_url,
-                    concurrency=level,
-                    num_requests=max(a.requests, level),
-                    input_len=a.input_len,
-                    output_len=a.output_len,
-                    seed=a.seed + i,
+        # Levels are interleaved over rounds, so a neighbour's burst of load on a shared host spreads
+        # over all levels instead of skewing one of them.
+        per_level: dict[int, list[dict]] = {level: [] for level in levels}
+        per_round = max(1, a.requests // a.rounds)
+        for r in range(a.rounds):
+            for i, level in enumerate(levels):
+                per_level[level].append(
+                    asyncio.run(
+                        run_round(
+                            base_url,
+                            concurrency=level,
+                            num_requests=max(per_round, level),
+                            input_len=a.input_len,
+                            output_len=a.output_len,
+                            seed=a.seed + 1000 * r + i,
+                        )
+                    )
                 )
+            print(f"round {r + 1}/{a.rounds} done (load {os.getloadavg()[0]:.1f})", flush=True)
+        points = [
+            summarize_level(
+                per_level[level], concurrency=level, input_len=a.input_len, output_len=a.output_len
             )
-            points.append(point)
+            for level in levels
+        ]
+        print(
+            f"{'conc':>4} {'reqs':>4} {'ttft_med_ms':>11} {'tpot_med_ms':>11} {'tok/s':>7} {'wall_s':>6} "
+            f"{'srv_queue_ms':>12} {'srv_prefill_ms':>14} {'srv_itl_ms':>10} {'load':>5}"
+        )
+        for point in points:
             print(
-                f"{level:>4} {point['num_requests']:>4} {point['ttft_median_s'] * 1e3:>11.1f} "
+                f"{point['concurrency']:>4} {point['num_requests']:>4} {point['ttft_median_s'] * 1e3:>11.1f} "
                 f"{point['tpot_median_s'] * 1e3:>11.1f} {point['throughput_tok_s']:>7.1f} "
                 f"{point['duration_s']:>6.1f} {_ms(point['server_queue_mean_s']):>12} "
                 f"{_ms(point['server_prefill_mean_s']):>14} {_ms(point['server_itl_mean_s']):>10} "
-                f"{point['loadavg_1m_after']:>5.1f}",
-                flush=True,
+                f"{point['loadavg_1m_mean']:>5.1f}"
             )
     finally:
         if server is not None:
@@ -348,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             "startup_s": server.startup_s if server else None,
             "total_wall_s": time.perf_counter() - started,
             # A host busier than its cores measured the neighbours too; say so next to the numbers.
-            "contended": any(pt["loadavg_1m_after"] > cores for pt in points),
+            "contended": any(pt["loadavg_1m_max"] > cores for pt in points),
         },
     }
     if a.evaluate:
