@@ -80,7 +80,7 @@ def start_engine(ttft_ms: float, tpot_ms: float, log_dir: Path, name: str) -> tu
     return p, port
 
 
-def start_gateway(redis_url: str, prefix: str, work: Path) -> tuple[subprocess.Popen, int]:
+def start_gateway(redis_url: str, prefix: str, work: Path, workers: int = 1) -> tuple[subprocess.Popen, int]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "GATEWAY_DATABASE_URL")}
     env.update(
@@ -91,7 +91,7 @@ def start_gateway(redis_url: str, prefix: str, work: Path) -> tuple[subprocess.P
     )
     log = open(work / "gateway.log", "wb")  # noqa: SIM115
     p = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--port", str(port), "--workers", "1"],
+        [sys.executable, "-m", "gateway", "--port", str(port), "--workers", str(workers)],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     wait_port(port, p, "gateway")
@@ -157,9 +157,23 @@ def wait_snapshot(port: int, timeout: float = 10) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """user+sys CPU of a process (all its threads) from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """user+sys CPU of a process (all its threads) and of its live child processes, from /proc."""
+    total = 0
+    for p in [pid, *_children(pid)]:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError):
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d.name))
+    return out
 
 
 # ------------------------------------------------------------------ load client
@@ -297,6 +311,25 @@ def run_load(ports: list[int], concurrency: int, warm_s: float, run_s: float, pr
     return {"ttft": ttft, "e2e": e2e, "errors": errors, "requests": len(ttft)}
 
 
+def _merge(a: dict | None, b: dict) -> dict:
+    if a is None:
+        return b
+    return {k: a[k] + b[k] for k in ("ttft", "e2e", "errors", "requests")}
+
+
+def run_pair(engines: list[int], gw_port: int, c: int, a, on_via=None) -> tuple[dict, dict]:
+    """Direct and gateway loads in alternating rounds, pooled: slow drifts of a shared machine
+    then hit both sides alike instead of one of them."""
+    direct = via = None
+    for _ in range(a.rounds):
+        direct = _merge(direct, run_load(engines, c, a.warm, a.duration / a.rounds, a.client_procs))
+        before = on_via() if on_via else None
+        via = _merge(via, run_load([gw_port], c, a.warm, a.duration / a.rounds, a.client_procs))
+        if on_via:
+            on_via(before)
+    return direct, via
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -339,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm", type=float, default=2.0)
     p.add_argument("--duration", type=float, default=8.0)
     p.add_argument("--client-procs", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2, help="alternating direct/gateway rounds per stage")
+    p.add_argument("--gateway-workers", type=int, default=1)
     p.add_argument(
         "--engines", type=int, default=2, help="paced engine processes (direct load is spread the same)"
     )
@@ -349,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true")
     a = p.parse_args(argv)
     if a.quick:
-        a.ladder, a.duration, a.warm, a.cpu_requests_s = "256,512", 4.0, 1.0, 3.0
+        a.ladder, a.duration, a.warm, a.cpu_requests_s, a.rounds = "256,512", 4.0, 1.0, 3.0, 1
 
     work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     prefix = f"gwbench-{uuid.uuid4().hex[:8]}:"
@@ -363,29 +398,36 @@ def main(argv: list[str] | None = None) -> int:
             engines.append(port)
         nodelay, nd_port = start_engine(0, 0, work, "engine-nodelay")
         procs.append(nodelay)
-        gw, gw_port = start_gateway(a.redis_url, prefix, work)
+        gw, gw_port = start_gateway(a.redis_url, prefix, work, a.gateway_workers)
         procs.append(gw)
         publish_snapshot(a.redis_url, prefix, engines, limits=not a.no_limits)
         wait_snapshot(gw_port)
+        if a.gateway_workers > 1:
+            time.sleep(3)  # every worker has booted and loaded the snapshot (the poll runs each second)
 
         rows = {}
         engine_pids = [p.pid for p in procs[: a.engines]]
         for c in (1, 64):
-            direct = run_load(engines, c, a.warm, a.duration, a.client_procs)
-            g0, e0 = cpu_seconds(gw.pid), sum(cpu_seconds(x) for x in engine_pids)
-            via = run_load([gw_port], c, a.warm, a.duration, a.client_procs)
-            g1, e1 = cpu_seconds(gw.pid), sum(cpu_seconds(x) for x in engine_pids)
+            cpu = {"gw": 0.0, "engine": 0.0}
+
+            def on_via(before=None, cpu=cpu):
+                now = (cpu_seconds(gw.pid), sum(cpu_seconds(x) for x in engine_pids))
+                if before is not None:
+                    cpu["gw"] += now[0] - before[0]
+                    cpu["engine"] += now[1] - before[1]
+                return now
+
+            direct, via = run_pair(engines, gw_port, c, a, on_via)
             rows[c] = compare(direct, via)
-            # CPU per paced stream (includes the warm-up's requests in the denominator's time window).
-            n = max(1, via["requests"] * (a.warm + a.duration) / a.duration)
-            rows[c]["paced_gateway_cpu_ms_per_request"] = (g1 - g0) * 1000 / n
-            rows[c]["paced_engine_cpu_ms_per_request"] = (e1 - e0) * 1000 / n
+            # CPU per paced stream (the warm-up's requests are in the CPU window, not in the count).
+            n = max(1, via["requests"] * (a.warm + a.duration / a.rounds) / (a.duration / a.rounds))
+            rows[c]["paced_gateway_cpu_ms_per_request"] = cpu["gw"] * 1000 / n
+            rows[c]["paced_engine_cpu_ms_per_request"] = cpu["engine"] * 1000 / n
             print(f"  c={c}: done", file=sys.stderr)
         ladder = []
         max_streams = 0
         for c in [int(x) for x in a.ladder.split(",") if x]:
-            direct = run_load(engines, c, a.warm, a.duration, a.client_procs)
-            via = run_load([gw_port], c, a.warm, a.duration, a.client_procs)
+            direct, via = run_pair(engines, gw_port, c, a)
             row = compare(direct, via) | {"concurrency": c, "load_average_1m": os.getloadavg()[0]}
             # A stage whose direct baseline missed the engine's own 20 ms TTFT by more than 20 ms
             # measured the machine (other processes, the client), not the gateway: inconclusive.
