@@ -170,3 +170,21 @@ def test_key_restricted_to_models_gets_403(setup, tenant, admin_user):
         )
     assert exc.value.body["code"] == "model_not_allowed"
     assert client(setup, api_key=secret).models.list().data == []
+
+
+def test_expired_key_is_refused(setup, tenant, admin_user):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    key, secret = api_key_create(
+        tenant=tenant, name="short-lived", actor=admin_user, expires_at=timezone.now() + dt.timedelta(hours=1)
+    )
+    assert client(setup, api_key=secret).models.list().data
+    type(key).objects.filter(pk=key.pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    publish(setup["gateway"], route("sim-llama", (1, "sim-a", setup["engine"], 1.0)))
+    with pytest.raises(openai.AuthenticationError) as exc:
+        client(setup, api_key=secret).chat.completions.create(
+            model="sim-llama", messages=[{"role": "user", "content": "x"}]
+        )
+    assert "expired" in exc.value.body["message"]
