@@ -180,6 +180,7 @@ def test_expired_key_is_refused(setup, tenant, admin_user):
     key, secret = api_key_create(
         tenant=tenant, name="short-lived", actor=admin_user, expires_at=timezone.now() + dt.timedelta(hours=1)
     )
+    publish(setup["gateway"], route("sim-llama", (1, "sim-a", setup["engine"], 1.0)))
     assert client(setup, api_key=secret).models.list().data
     type(key).objects.filter(pk=key.pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
     publish(setup["gateway"], route("sim-llama", (1, "sim-a", setup["engine"], 1.0)))
