@@ -226,6 +226,7 @@ def test_stream_parser_handles_any_split_of_the_bytes():
     import asyncio
 
     from evaluations.harness.fastclient import _Conn
+    from evaluations.harness.loadgen import run_async
 
     events = [
         b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n',
@@ -248,6 +249,6 @@ def test_stream_parser_handles_any_split_of_the_bytes():
         return rec, await asyncio.wait_for(done, 1)
 
     for step in (1, 2, 3, 7, 64, len(raw)):
-        rec, usage = asyncio.run(feed(step))
+        rec, usage = run_async(feed(step))
         assert not rec.error, (step, rec.detail)
         assert len(rec.chunk_s) == 2 and usage == {"prompt_tokens": 3, "completion_tokens": 2}
