@@ -54,7 +54,7 @@ def test_celery_worker_runs_a_benchmark_and_saves_progress_on_the_row(celery_wor
     assert run.task_id
     assert any(0 < p < 100 for p in run.seen_progress), run.seen_progress  # progress saved while it ran
     assert [s["level"] for s in run.results["stages"]] == [4.0, 8.0]
-    assert run.results["stages"][1]["tpot_ms"]["mean"] == pytest.approx(10, rel=0.15)
+    assert 9.9 <= run.results["stages"][1]["tpot_ms"]["mean"] < 15
 
 
 @pytest.mark.django_db(transaction=True)
