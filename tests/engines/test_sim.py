@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engines.perf import default_efficiency
 from engines.presets import gpu_preset, model_preset
 from engines.scheduler import EngineConfig
 from engines.sim import SimConfig, simulate
@@ -91,3 +92,35 @@ def test_idle_stretches_are_sampled_as_idle():
     # Requests take well under a second; a sample almost never sees one running.
     assert ts["running"].mean() < 0.05
     assert np.allclose(np.diff(ts["t"]), 1.0)
+
+
+def test_request_overhead_adds_to_ttft_and_e2e_only():
+    """The API server's fixed latency shifts TTFT and E2E by exactly its value, not TPOT or queue time."""
+    wl = Workload(arrival=poisson(0.5), input=fixed(512), output=fixed(32))
+    base = CFG.model, CFG.gpu
+    runs = []
+    for overhead in (0.0, 0.05):
+        eff = default_efficiency("H100").with_(request_overhead_s=overhead)
+        runs.append(simulate(wl, SimConfig(model=base[0], gpu=base[1], efficiency=eff), seed=4, n=20))
+    a, b = runs
+    assert np.allclose(b.ttft_s - a.ttft_s, 0.05)
+    assert np.allclose(b.e2e_s - a.e2e_s, 0.05)
+    assert np.allclose(b.tpot_s, a.tpot_s) and np.allclose(b.queue_s, a.queue_s)
+    assert np.array_equal(a.arrival_s, b.arrival_s)  # arrivals stay the client's send times
+
+
+def test_closed_loop_clients_are_staggered_not_in_lockstep():
+    """With fixed lengths, lockstep clients would prefill all prompts in one step forever."""
+    wl = Workload(arrival=fixed_concurrency(8), input=fixed(768), output=fixed(64))
+    staggered = simulate(wl, CFG, seed=0, n=64)
+    lockstep_cfg = SimConfig(model=CFG.model, gpu=CFG.gpu, stagger_closed_loop=False)
+    lockstep = simulate(wl, lockstep_cfg, seed=0, n=64)
+    assert staggered.completed == lockstep.completed == 64
+    single = simulate(Workload(arrival=fixed_concurrency(1), input=fixed(768), output=fixed(64)), CFG, n=4)
+    ttft_1 = np.median(single.ttft_s)
+    # Lockstep: every cohort prefills 8 x 768 tokens in one step -> TTFT ~8x the single-stream one.
+    assert np.median(lockstep.ttft_s) > 5 * ttft_1
+    # Staggered: a prompt usually prefills beside the others' decodes, not beside their prefills.
+    assert np.median(staggered.ttft_s) < 2 * ttft_1
+    # The closed loop still holds 8 in flight once ramped up.
+    assert staggered.timeseries["running"].max() <= 8
