@@ -177,3 +177,13 @@ def test_usage_api_is_tenant_scoped_and_filterable(role_clients, tenant, other_t
     assert member.get(reverse("api-usage-list"), {"status": "error"}).json()["count"] == 1
     assert member.get(reverse("api-usage-list"), {"tenant": other_tenant.slug}).json()["count"] == 0
     assert member.get(reverse("api-usage-list"), {"status": "bogus"}).status_code == 400
+
+
+@pytest.mark.parametrize(
+    "role,status", [("admin", 204), ("auditor", 403), ("member", 403), ("outsider", 403), ("anon", DENIED)]
+)
+def test_budget_delete_by_role(role, status, role_clients, tenant):
+    budget_set(tenant=tenant, amount_usd=5)
+    r = role_clients[role].delete(reverse("api-budget-detail", args=[tenant.slug]))
+    assert r.status_code in (status if isinstance(status, tuple) else (status,))
+    assert Budget.objects.filter(tenant=tenant).exists() == (role != "admin")

@@ -189,3 +189,23 @@ def test_expired_key_is_refused(setup, tenant, admin_user):
             model="sim-llama", messages=[{"role": "user", "content": "x"}]
         )
     assert "expired" in exc.value.body["message"]
+
+
+def test_metrics_expose_requests_latency_histograms_in_flight_and_rejections(setup):
+    c = client(setup)
+    list(
+        c.chat.completions.create(
+            model="sim-llama", messages=[{"role": "user", "content": "hi"}], max_tokens=4, stream=True
+        )
+    )
+    httpx.post(setup["gateway"] + "/v1/chat/completions", json={"model": "sim-llama"})  # no key
+    text = httpx.get(setup["gateway"] + "/metrics").text
+    for needle in (
+        'gateway_requests_total{model="sim-llama",status="200"}',
+        'gateway_time_to_first_token_seconds_bucket{deployment="sim-a",le="0.05",model="sim-llama"}',
+        'gateway_time_per_output_token_seconds_count{deployment="sim-a",model="sim-llama"}',
+        "gateway_in_flight_requests 0.0",
+        'gateway_rejections_total{reason="auth"}',
+        'gateway_tokens_total{kind="completion",model="sim-llama"}',
+    ):
+        assert needle in text, needle
