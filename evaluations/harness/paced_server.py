@@ -119,7 +119,20 @@ class PacedEngine:
 class _Stream:
     """One streamed response: a chain of ``call_at`` callbacks, one per token (no task per stream)."""
 
-    __slots__ = ("conn", "engine", "n", "i", "t0", "chat", "rid", "prompt_tokens", "cut", "closed", "done")
+    __slots__ = (
+        "conn",
+        "engine",
+        "n",
+        "i",
+        "t0",
+        "chat",
+        "rid",
+        "prompt_tokens",
+        "cut",
+        "closed",
+        "done",
+        "tok",
+    )
 
     def __init__(
         self, conn: _Conn, engine: PacedEngine, *, n: int, chat: bool, prompt_tokens: int, cut: bool
@@ -135,6 +148,7 @@ class _Stream:
         self.cut = cut
         self.closed = False
         self.done = False
+        self.tok: bytes | None = None
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -145,19 +159,31 @@ class _Stream:
     def _event(self, obj: dict) -> bytes:
         return _chunk(b"data: " + orjson.dumps(obj) + b"\n\n")
 
-    def emit(self) -> None:
-        if self.closed:
-            return self.finish(aborted=True)
+    def _token_event(self, last: bool) -> bytes:
         e = self.engine
-        last = self.i == self.n - 1
         if self.chat:
             choice = {"index": 0, "delta": {"content": " tok"}, "finish_reason": "length" if last else None}
             obj = {"id": self.rid, "object": "chat.completion.chunk", "model": e.model, "choices": [choice]}
         else:
             choice = {"index": 0, "text": " tok", "finish_reason": "length" if last else None}
             obj = {"id": self.rid, "object": "text_completion", "model": e.model, "choices": [choice]}
+        return self._event(obj)
+
+    def emit(self) -> None:
+        if self.closed:
+            return self.finish(aborted=True)
+        e = self.engine
+        last = self.i == self.n - 1
+        # Every token but the last is the same bytes: serialise once per stream, not per token, so
+        # one core keeps thousands of streams on their schedule.
+        if last:
+            event = self._token_event(True)
+        else:
+            if self.tok is None:
+                self.tok = self._token_event(False)
+            event = self.tok
         w = self.conn.transport.write
-        w(self._event(obj))
+        w(event)
         e.generation_tokens_total += 1
         self.i += 1
         if self.cut and self.i >= self.engine.cut_after:

@@ -51,8 +51,10 @@ def test_known_timings_from_the_engines_simulated_vllm_and_its_metrics():
         )
     s = res.summary
     assert s["failed"] == 0 and s["output_tokens"] == 16 * 40
-    assert s["ttft_ms"]["p50"] == pytest.approx(150, rel=0.05)
-    assert s["tpot_ms"]["mean"] == pytest.approx(15, rel=0.03)
+    # uvicorn and the engine's scheduler loop share a busy 2-core machine with the client: a
+    # looser bound than the raw paced server's 5 %.
+    assert s["ttft_ms"]["p50"] == pytest.approx(150, rel=0.1)
+    assert s["tpot_ms"]["mean"] == pytest.approx(15, rel=0.05)
     assert res.series and max(x.get("running", 0) for x in res.series) >= 1
     assert all("kv_usage" in x and "preemptions" in x for x in res.series)
 
