@@ -254,3 +254,38 @@ def test_stream_parser_handles_any_split_of_the_bytes():
         rec, usage = run_async(feed(step))
         assert not rec.error, (step, rec.detail)
         assert len(rec.chunk_s) == 2 and usage == {"prompt_tokens": 3, "completion_tokens": 2}
+
+
+@pytest.mark.parametrize("framing", ["content-length", "close-delimited"])
+def test_stream_parser_handles_unchunked_bodies(framing):
+    import asyncio
+
+    from evaluations.harness.fastclient import _Conn
+    from evaluations.harness.loadgen import run_async
+
+    body = (
+        b'data: {"choices":[{"index":0,"text":" a","finish_reason":"stop"}]}\n\n'
+        b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\ndata: [DONE]\n\n'
+    )
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    head += (
+        b"Content-Length: %d\r\n\r\n" % len(body)
+        if framing == "content-length"
+        else b"Connection: close\r\n\r\n"
+    )
+
+    async def feed():
+        loop = asyncio.get_running_loop()
+        conn = _Conn(lambda: 1.0)
+        rec = RequestRecord(index=0, planned_s=0)
+        done = loop.create_future()
+        conn._reset(rec, done)
+        conn.data_received(head + body[:50])
+        conn.data_received(body[50:])
+        if framing == "close-delimited":
+            assert not done.done()
+            conn.connection_lost(None)
+        return rec, await asyncio.wait_for(done, 1)
+
+    rec, usage = run_async(feed())
+    assert not rec.error and rec.chunk_s == [1.0] and usage["completion_tokens"] == 1
