@@ -216,8 +216,11 @@ def simulate(
         return req
 
     closed = schedule.concurrency
-    # The API server's fixed latency: the engine sees a request this long after the client sent it.
+    # Outside the engine: the API server's fixed latency, plus its per-stream share on hosts where the
+    # other streams' SSE chunks compete with the new request for the API server's (and client's) CPU.
     overhead = sched.perf.eff.request_overhead_s
+    per_stream = sched.perf.eff.stream_overhead_s
+    sent_at = np.zeros(count)
     ts_t: list[float] = []
     ts_kv: list[float] = []
     ts_run: list[int] = []
@@ -229,18 +232,28 @@ def simulate(
     schedule_fn = sched.schedule
     complete_fn = sched.complete
     add = sched.add_request
-    # Closed loop: requests sent but not yet at the engine, as (engine arrival, index, request).
+    # Requests sent but not yet at the engine, as (engine arrival, index, request).
     in_flight: list[tuple[float, int, Request]] = []
 
-    def send(at: float) -> None:
-        """A closed-loop client sends its next request at ``at`` (skipping rejected ones)."""
+    def send(at: float) -> bool:
+        """The next request is sent at ``at``; False when it was rejected (longer than the context)."""
         nonlocal nxt
-        while nxt < count:
-            r = make(nxt, at + overhead)
-            nxt += 1
-            if r is not None:
-                heapq.heappush(in_flight, (r.arrival, r.rid, r))
-                return
+        i = nxt
+        nxt += 1
+        sent_at[i] = at
+        delay = overhead
+        if per_stream:
+            delay += per_stream * (len(sched.running) + len(sched.waiting) + len(in_flight))
+        r = make(i, at + delay)
+        if r is None:
+            return False
+        heapq.heappush(in_flight, (r.arrival, r.rid, r))
+        return True
+
+    def send_closed(at: float) -> None:
+        """A closed-loop client sends its next request at ``at`` (skipping rejected ones)."""
+        while nxt < count and not send(at):
+            pass
 
     def sample_idle(until: float) -> None:
         nonlocal next_sample
@@ -260,35 +273,29 @@ def simulate(
             out0 = float(np.mean(out[:clients]))
             e2e_est = (
                 overhead
+                + per_stream * (clients - 1)
                 + perf.prefill_time(max(1, int(inp0)), chunk=sched.max_batched)
                 + max(0.0, out0 - 1) * perf.decode_step_time(clients, int(inp0 + out0 / 2))
             )
             spacing = e2e_est / clients
         for i in range(clients):
-            send(i * spacing)
+            send_closed(i * spacing)
     while True:
-        if closed:
-            while in_flight and in_flight[0][0] <= now:
-                add(heapq.heappop(in_flight)[2])
-        else:
-            while nxt < count and arrivals[nxt] + overhead <= now:
-                r = make(nxt, arrivals[nxt] + overhead)
-                if r is not None:
-                    add(r)
-                nxt += 1
+        if not closed:
+            while nxt < count and arrivals[nxt] <= now:
+                send(arrivals[nxt])
+        while in_flight and in_flight[0][0] <= now:
+            add(heapq.heappop(in_flight)[2])
         plan = schedule_fn(now)
         if plan is None:
             if sched.running or sched.waiting:
                 raise RuntimeError("scheduler stalled with queued requests")  # pragma: no cover
-            if closed:
-                if not in_flight:
-                    break
-                nxt_at = in_flight[0][0]
-            else:
-                if nxt >= count:
-                    break
-                nxt_at = arrivals[nxt] + overhead
-            # Idle until the next request reaches the engine: sample the idle state for that stretch.
+            nxt_at = in_flight[0][0] if in_flight else None
+            if not closed and nxt < count and (nxt_at is None or arrivals[nxt] < nxt_at):
+                nxt_at = arrivals[nxt]
+            if nxt_at is None:
+                break
+            # Idle until the next request is sent or reaches the engine: sample the idle state.
             sample_idle(nxt_at)
             now = max(now, nxt_at)
             continue
@@ -303,7 +310,7 @@ def simulate(
         now = end
         if closed and finished:
             for _ in finished:
-                send(now)
+                send_closed(now)
 
     # Collect per-request metrics.
     ttft = np.full(count, np.nan)
@@ -318,7 +325,7 @@ def simulate(
     for i, r in enumerate(reqs):
         if r is None:
             continue
-        sent = r.arrival - overhead  # the client's send time; r.arrival is when the engine saw it
+        sent = sent_at[i]  # the client's send time; r.arrival is when the engine saw it
         arr_out[i] = sent
         if r.status != FINISHED:
             continue  # pragma: no cover
