@@ -59,3 +59,10 @@ class RouteTargetInline(admin.TabularInline):
 class ModelRouteAdmin(admin.ModelAdmin):
     list_display = ["public_name", "long_context_threshold_tokens"]
     inlines = [RouteTargetInline]
+
+
+@admin.register(RouteTarget)
+class RouteTargetAdmin(admin.ModelAdmin):
+    list_display = ("route", "deployment", "weight")
+    list_filter = ("route",)
+    raw_id_fields = ("deployment",)

@@ -26,8 +26,11 @@ def chromium_path() -> str | None:
     return shutil.which("chromium")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser():
+    """A chromium per test. Function scope on purpose: Playwright's sync API keeps an asyncio loop
+    running in the main thread while it is open, which would break every later test that calls
+    ``asyncio.run``."""
     path = chromium_path()
     if path is None:
         pytest.skip("Debian's chromium is not installed (apt-get install chromium); .ci/run installs it")
