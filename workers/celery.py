@@ -27,3 +27,15 @@ app.conf.beat_schedule["deployments-reconcile"] = {
     # A tick that waited in the queue longer than the interval is superseded by the next one.
     "options": {"expires": float(os.environ.get("RAY_RECONCILE_INTERVAL_S") or 10.0)},
 }
+
+# billing: republish the gateway snapshot (changes also publish on commit) and record budget alerts.
+app.conf.beat_schedule["billing-gateway-snapshot"] = {
+    "task": "billing.gateway_snapshot_publish",
+    "schedule": 15.0,
+    "options": {"expires": 15.0},
+}
+app.conf.beat_schedule["billing-budget-alerts"] = {
+    "task": "billing.budget_alerts_record",
+    "schedule": 60.0,
+    "options": {"expires": 60.0},
+}
