@@ -1,0 +1,23 @@
+from django.contrib import admin
+
+from evaluations.models import BenchmarkRun
+
+
+@admin.register(BenchmarkRun)
+class BenchmarkRunAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "name",
+        "kind",
+        "mode",
+        "status",
+        "progress",
+        "target_kind",
+        "capacity_rps",
+        "usd_per_mtok",
+        "created_at",
+    )
+    list_filter = ("kind", "mode", "status", "target_kind")
+    search_fields = ("name", "model_name")
+    raw_id_fields = ("deployment", "model_version", "gpu_type", "created_by")
+    readonly_fields = ("results", "series", "snapshot")
