@@ -263,6 +263,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  level {level:>5}: TTFT {sp['ttft']:.0f}%  TPOT {sp['tpot']:.0f}%  ({sp['runs']} runs)"
                 )
+            med = out["calib_runs_median"]
+            print(
+                f"over {len(runs)} runs, median calib_ttft_err_pct = {med['calib_ttft_err_pct']:.1f}  "
+                f"calib_tpot_err_pct = {med['calib_tpot_err_pct']:.1f}"
+            )
     else:
         out["calib_ttft_err_pct"] = None
         out["calib_tpot_err_pct"] = None

@@ -47,11 +47,6 @@ class Efficiency:
     * ``request_overhead_s``: fixed latency per request outside the engine (API server: HTTP, tokenizer,
       IPC to the engine core, first SSE chunk). Not step time: it adds to TTFT and E2E only, and a
       closed-loop client's next request reaches the engine that much later.
-    * ``stream_overhead_s``: extra latency of the same kind per other stream in flight when a request
-      is sent. 0 on GPU hosts, where the API server has cores to itself. On a small CPU host the API
-      server's and the client's event loops share the cores with the engine and spend CPU on every
-      SSE chunk of every stream, so a new request's intake and first chunk wait longer the more
-      streams are running.
     """
 
     mfu: float = 0.5
@@ -61,7 +56,6 @@ class Efficiency:
     tp_comm_efficiency: float = 0.7
     allreduce_latency_s: float = 10e-6
     request_overhead_s: float = 0.002
-    stream_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 < self.mfu <= 1 or not 0 < self.mbu <= 1:

@@ -216,10 +216,8 @@ def simulate(
         return req
 
     closed = schedule.concurrency
-    # Outside the engine: the API server's fixed latency, plus its per-stream share on hosts where the
-    # other streams' SSE chunks compete with the new request for the API server's (and client's) CPU.
+    # Outside the engine: the API server's fixed latency (HTTP, tokenizer, IPC, first SSE chunk).
     overhead = sched.perf.eff.request_overhead_s
-    per_stream = sched.perf.eff.stream_overhead_s
     sent_at = np.zeros(count)
     ts_t: list[float] = []
     ts_kv: list[float] = []
@@ -241,10 +239,7 @@ def simulate(
         i = nxt
         nxt += 1
         sent_at[i] = at
-        delay = overhead
-        if per_stream:
-            delay += per_stream * (len(sched.running) + len(sched.waiting) + len(in_flight))
-        r = make(i, at + delay)
+        r = make(i, at + overhead)
         if r is None:
             return False
         heapq.heappush(in_flight, (r.arrival, r.rid, r))
@@ -273,7 +268,6 @@ def simulate(
             out0 = float(np.mean(out[:clients]))
             e2e_est = (
                 overhead
-                + per_stream * (clients - 1)
                 + perf.prefill_time(max(1, int(inp0)), chunk=sched.max_batched)
                 + max(0.0, out0 - 1) * perf.decode_step_time(clients, int(inp0 + out0 / 2))
             )

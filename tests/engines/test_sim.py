@@ -124,17 +124,3 @@ def test_closed_loop_clients_are_staggered_not_in_lockstep():
     assert np.median(staggered.ttft_s) < 2 * ttft_1
     # The closed loop still holds 8 in flight once ramped up.
     assert staggered.timeseries["running"].max() <= 8
-
-
-def test_stream_overhead_grows_with_the_streams_in_flight():
-    """Per other stream in flight at send time: nothing at concurrency 1, ~(n-1) x at concurrency n."""
-    eff = default_efficiency("H100").with_(request_overhead_s=0.0)
-
-    def median_ttft(n: int, per_stream: float) -> float:
-        cfg = SimConfig(model=CFG.model, gpu=CFG.gpu, efficiency=eff.with_(stream_overhead_s=per_stream))
-        wl = Workload(arrival=fixed_concurrency(n), input=fixed(256), output=fixed(64))
-        return float(np.median(simulate(wl, cfg, seed=0, n=8 * n).ttft_s))
-
-    assert median_ttft(1, 0.01) == pytest.approx(median_ttft(1, 0.0))
-    extra = median_ttft(4, 0.01) - median_ttft(4, 0.0)
-    assert extra == pytest.approx(0.03, rel=0.2)
