@@ -13,6 +13,7 @@ PAGES = [
     ("catalog.png", "/catalog/versions/?precision=", "Model versions"),
     ("deployments.png", "/deployments/", "Deployments"),
     ("benchmarks.png", "/benchmarks/", "Benchmark"),
+    ("usage.png", "/billing/usage/", "Usage"),
 ]
 
 
@@ -25,8 +26,15 @@ class Command(BaseCommand):
         parser.add_argument("--password", default="governor-admin")
         parser.add_argument("--out", default="docs/screenshots")
         parser.add_argument("--version-page", action="store_true", help="also shoot the first version's page")
+        parser.add_argument(
+            "--page",
+            action="append",
+            default=[],
+            metavar="FILE=PATH",
+            help="another page, e.g. run.png=/benchmarks/1/",
+        )
 
-    def handle(self, *args, base_url, username, password, out, version_page, **options):
+    def handle(self, *args, base_url, username, password, out, version_page, page, **options):
         from playwright.sync_api import sync_playwright
 
         path = chromium_path()
@@ -36,13 +44,14 @@ class Command(BaseCommand):
         out_dir.mkdir(parents=True, exist_ok=True)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+            extra = [(*item.split("=", 1), "Governor") for item in page]
             page = browser.new_page(viewport={"width": 1400, "height": 860})
             page.goto(f"{base_url}/accounts/login/")
             page.fill("#id_username", username)
             page.fill("#id_password", password)
             page.click("button[type=submit]")
             page.wait_for_url(f"{base_url}/")
-            shots = list(PAGES)
+            shots = list(PAGES) + extra
             if version_page:
                 shots.insert(0, ("catalog-version.png", "/catalog/versions/1/", "Memory estimate"))
             for name, url, marker in shots:
