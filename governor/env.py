@@ -65,6 +65,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def load_env_file(path) -> None:
+    """Fill variables that are unset from a ``KEY=value`` file (the launcher's ``var/governor.env``)."""
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        return
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and not key.startswith("#"):
+            os.environ.setdefault(key.strip(), value.strip())
+
+
 def database_from_url(url: str) -> dict:
     """Turn ``postgresql://user:pass@host:port/name?sslmode=...`` into a Django DATABASES entry."""
     parsed = urlparse(url)

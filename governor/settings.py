@@ -7,30 +7,25 @@ missing from the environment are taken from ``var/governor.env``, which the laun
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from governor.env import ConfigError, database_from_url, env_bool, env_float, env_int, env_list, env_str
+from governor.env import (
+    ConfigError,
+    database_from_url,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    load_env_file,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GOVERNOR_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DEBUG", False)
-
-
-def _load_local_env_file() -> None:
-    """Fill unset variables from the launcher's ``var/governor.env`` (DEBUG only)."""
-    path = VAR_DIR / "governor.env"
-    if not path.exists():
-        return
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and not key.startswith("#"):
-            os.environ.setdefault(key.strip(), value.strip())
-
-
 if DEBUG:
-    _load_local_env_file()
+    load_env_file(VAR_DIR / "governor.env")
 
 SECRET_KEY = env_str("SECRET_KEY", "governor-insecure-local-dev-key" if DEBUG else None, required=not DEBUG)
 _database_url = env_str("DATABASE_URL", required=True)

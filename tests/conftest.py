@@ -8,9 +8,6 @@ Roles (see governor.access): ``admin_user`` (platform admin), ``auditor_user``, 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -164,53 +161,10 @@ def celery_worker_process(django_db_setup, django_db_blocker, tmp_path_factory):
     Tests that use it must also use ``transactional_db`` so the rows they write are committed and
     visible to the worker.
     """
-    log_path = tmp_path_factory.mktemp("celery") / "worker.log"
+    from tests.support.celery_worker import celery_worker
+
     with django_db_blocker.unblock():
         env = subprocess_env()
-    from workers.celery import app
-
-    queue = TEST_QUEUE
-    app.conf.task_default_queue = queue
-    env["CELERY_TASK_DEFAULT_QUEUE"] = queue
-    log = open(log_path, "w")  # noqa: SIM115 - closed in teardown
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers",
-            "worker",
-            "-l",
-            "INFO",
-            "--concurrency",
-            "2",
-            "-Q",
-            queue,
-            "-n",
-            f"test-{os.getpid()}@%h",
-            "--without-gossip",
-            "--without-mingle",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if "ready." in log_path.read_text():
-            break
-        if process.poll() is not None:
-            raise RuntimeError(f"celery worker exited early:\n{log_path.read_text()}")
-        time.sleep(0.3)
-    else:
-        process.kill()
-        raise RuntimeError(f"celery worker not ready in 60 s:\n{log_path.read_text()}")
-    yield {"process": process, "queue": queue, "log": log_path}
-    process.terminate()
-    try:
-        process.wait(15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-    log.close()
+    log_path = tmp_path_factory.mktemp("celery") / "worker.log"
+    with celery_worker(env=env, queue=TEST_QUEUE, log_path=log_path, name=f"test-{os.getpid()}") as worker:
+        yield worker

@@ -84,3 +84,18 @@ class ModelVersionFactory(factory.django.DjangoModelFactory):
     kv_cache_dtype = "auto"
     framework = "vllm"
     lifecycle = "draft"
+
+
+# A valid tiny architecture as a form or API body; tests override one field to make it impossible.
+TINY_MODEL_FIELDS = {
+    "name": "Tiny",
+    "family": "llama",
+    "parameter_count": 1000,
+    "layers": 2,
+    "hidden_size": 256,
+    "attention_heads": 4,
+    "kv_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 2000,
+    "max_context": 2048,
+}

@@ -3,20 +3,9 @@
 import pytest
 
 from catalog.models import Model
-from tests.factories import GpuTypeFactory, ModelVersionFactory
+from tests.factories import TINY_MODEL_FIELDS, GpuTypeFactory, ModelVersionFactory
 
-VALID_MODEL = {
-    "name": "Tiny",
-    "family": "llama",
-    "parameter_count": 1000,
-    "layers": 2,
-    "hidden_size": 256,
-    "attention_heads": 4,
-    "kv_heads": 2,
-    "head_dim": 64,
-    "vocab_size": 2000,
-    "max_context": 2048,
-}
+VALID_MODEL = TINY_MODEL_FIELDS
 
 
 @pytest.fixture

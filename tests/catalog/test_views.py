@@ -4,7 +4,7 @@ import pytest
 from django.urls import reverse
 
 from catalog.models import Model, ModelVersion
-from tests.factories import GpuTypeFactory, ModelFactory, ModelVersionFactory
+from tests.factories import TINY_MODEL_FIELDS, GpuTypeFactory, ModelFactory, ModelVersionFactory
 
 
 @pytest.fixture
@@ -120,19 +120,7 @@ def test_version_list_query_count_does_not_grow_with_rows(admin_client, db, djan
         admin_client.get(reverse("catalog:version_list"))
 
 
-VALID_MODEL = {
-    "name": "Tiny",
-    "family": "llama",
-    "parameter_count": 1000,
-    "layers": 2,
-    "hidden_size": 256,
-    "attention_heads": 4,
-    "kv_heads": 2,
-    "head_dim": 64,
-    "vocab_size": 2000,
-    "max_context": 2048,
-    "licence": "",
-}
+VALID_MODEL = {**TINY_MODEL_FIELDS, "licence": ""}
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,6 @@ and Serve URLs, and send their tasks there for the length of the module.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +16,7 @@ import pytest
 from django.test import override_settings
 
 from tests.conftest import subprocess_env
+from tests.support.celery_worker import celery_worker
 from tests.support.ray_cluster import RayTestCluster, ray_test_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,8 +40,6 @@ def ray_env() -> Iterator[RayTestCluster]:
 @pytest.fixture(scope="module")
 def deployments_worker(ray_env, django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[dict]:
     """A real Celery worker (own queue) whose settings point at ``ray_env``."""
-    from workers.celery import app
-
     queue = f"governor-deployments-test-{os.getpid()}"
     log_path = tmp_path_factory.mktemp("deployments-worker") / "worker.log"
     with django_db_blocker.unblock():
@@ -53,49 +50,10 @@ def deployments_worker(ray_env, django_db_setup, django_db_blocker, tmp_path_fac
             RAY_SERVE_URL=ray_env.serve_url,
             RAY_AUTH_TOKEN="",
         )
-    log = open(log_path, "w")  # noqa: SIM115 - closed in teardown
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers",
-            "worker",
-            "-l",
-            "INFO",
-            "--concurrency",
-            "2",
-            "-Q",
-            queue,
-            "-n",
-            f"deployments-test-{os.getpid()}@%h",
-            "--without-gossip",
-            "--without-mingle",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 90
-    while "ready." not in log_path.read_text():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"celery worker did not start:\n{log_path.read_text()[-4000:]}")
-        time.sleep(0.3)
-    previous = app.conf.task_default_queue
-    app.conf.task_default_queue = queue
-    try:
-        yield {"process": process, "queue": queue, "log": log_path}
-    finally:
-        app.conf.task_default_queue = previous
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+    with celery_worker(
+        env=env, queue=queue, log_path=log_path, name=f"deployments-test-{os.getpid()}"
+    ) as worker:
+        yield worker
 
 
 def wait_for(predicate: Callable[[], object], *, timeout: float, what: str, interval: float = 0.25):
