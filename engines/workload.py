@@ -358,7 +358,9 @@ class Workload:
                     break
             gaps = np.concatenate(chunks)
             arrivals = np.cumsum(gaps) - gaps[0]
-            arrivals = arrivals[arrivals < duration]
+            # Summed gaps carry rounding error: ten gaps of 0.1 s add up to 0.9999999999999999, which
+            # would let an 11th request in at "t = 1 s" of a 1-second window. Compare with a tolerance.
+            arrivals = arrivals[arrivals < duration - 1e-9 * max(1.0, duration)]
             n = len(arrivals)
         # Lengths come from a second stream so that the same seed gives the same lengths for any
         # arrival process (comparing processes then compares like with like).

@@ -164,6 +164,8 @@ RAY_RECONCILE_INTERVAL_S = env_float("RAY_RECONCILE_INTERVAL_S", 10.0)
 
 # Gateway (data plane): the console links to it and shows tenants their base URL.
 GATEWAY_PUBLIC_URL = env_str("GATEWAY_PUBLIC_URL", "http://127.0.0.1:8080")
+# API key the benchmark harness presents when its target is the gateway.
+BENCHMARK_API_KEY = env_str("BENCHMARK_API_KEY", "")
 
 LOGGING = {
     "version": 1,

@@ -39,3 +39,10 @@ app.conf.beat_schedule["billing-budget-alerts"] = {
     "schedule": 60.0,
     "options": {"expires": 60.0},
 }
+
+# evaluations: fail benchmark runs whose worker died (their heartbeat stopped).
+app.conf.beat_schedule["evaluations-reap-stale-benchmarks"] = {
+    "task": "evaluations.benchmark_runs_reap_stale",
+    "schedule": 60.0,
+    "options": {"expires": 60.0},
+}

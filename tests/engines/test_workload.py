@@ -124,3 +124,10 @@ def test_bad_parameters_are_rejected():
         W.Workload(arrival=W.poisson(1.0), input=W.fixed(1))
     with pytest.raises(ValueError):
         W.Workload(arrival=W.poisson(1.0), input=W.fixed(1), output=W.fixed(1), shared_prefix_ratio=2)
+
+
+@pytest.mark.parametrize("rate,duration", [(10, 1.0), (3, 7.0), (50, 60.0)])
+def test_a_duration_window_holds_exactly_rate_times_duration_constant_arrivals(rate, duration):
+    wl = W.Workload(arrival=W.constant(rate), input=W.fixed(10), output=W.fixed(10))
+    schedule = wl.sample_requests(duration=duration, seed=0)
+    assert len(schedule.arrival_s) == round(rate * duration)
