@@ -195,71 +195,108 @@ def _request_bytes(port: int) -> bytes:
     return head.encode() + body
 
 
+class _StreamConn(asyncio.Protocol):
+    """One kept-alive client connection; timing happens in ``data_received``, no task switch per chunk.
+
+    It needs to tell only when the first SSE event arrived, when the response ended and whether it
+    ended well, so it parses no JSON: a chunked 200 ends with the zero-length chunk, an error answer
+    has a Content-Length body. What the stream client costs, both sides pay alike; keeping it small
+    leaves the 2-core machine to the gateway and the engines being measured.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.done: asyncio.Future | None = None
+        self.closed = False
+        self.t0 = 0.0
+        self.ttft: float | None = None
+        self.status = 0
+        self.head = b""
+        self.tail = b""
+        self.length = -1  # Content-Length of an error answer; -1 for chunked
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(ConnectionError("closed"))
+
+    def start(self, req: bytes, done: asyncio.Future) -> None:
+        self.done = done
+        self.ttft = None
+        self.status = 0
+        self.head = b""
+        self.tail = b""
+        self.length = -1
+        self.t0 = time.perf_counter()
+        self.transport.write(req)
+
+    def data_received(self, data: bytes) -> None:
+        done = self.done
+        if done is None or done.done():
+            return
+        if not self.status:
+            data = self.head + data
+            end = data.find(b"\r\n\r\n")
+            if end < 0:
+                self.head = data
+                return
+            head, data = data[:end], data[end + 4 :]
+            self.status = int(head[9:12])
+            if self.status != 200:
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        self.length = int(line.split(b":")[1])
+                self.length = max(self.length, 0)
+        if self.ttft is None and b"data:" in data:
+            self.ttft = time.perf_counter() - self.t0
+        if self.length >= 0:
+            self.tail += data
+            if len(self.tail) >= self.length:
+                done.set_result(time.perf_counter() - self.t0)
+            return
+        # The last chunk may arrive split over reads: look at what came before too.
+        tail = (self.tail + data)[-512:]
+        self.tail = tail
+        if tail.endswith(b"\r\n0\r\n\r\n") or tail == b"0\r\n\r\n":
+            done.set_result(time.perf_counter() - self.t0)
+
+
 async def _worker(ports: list[int], idx: int, stop_at: float, warm_until: float, out: dict) -> None:
     """One closed-loop stream after another over one kept-alive connection."""
     port = ports[idx % len(ports)]
     req = _request_bytes(port)
-    reader = writer = None
+    loop = asyncio.get_running_loop()
+    conn: _StreamConn | None = None
     perf = time.perf_counter
     while perf() < stop_at:
         try:
-            if writer is None:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            t0 = perf()
-            writer.write(req)
-            buf = b""
-            # Response head
-            while b"\r\n\r\n" not in buf:
-                chunk = await reader.read(65536)
-                if not chunk:
-                    raise ConnectionError("closed")
-                buf += chunk
-            head, _, body = buf.partition(b"\r\n\r\n")
-            status = int(head[9:12])
-            ttft = None
-            if status != 200:
-                # An error answer has a Content-Length body: read it and count an error.
-                cl = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        cl = int(line.split(b":")[1])
-                while len(body) < cl:
-                    chunk = await reader.read(65536)
-                    if not chunk:
-                        raise ConnectionError("closed")
-                    body += chunk
-                tail = body
-            else:
-                if b"data:" in body:
-                    ttft = perf() - t0
-                tail = body
-                # Chunked body until the terminating zero-length chunk.
-                while not (tail.endswith(b"\r\n0\r\n\r\n") or tail == b"0\r\n\r\n"):
-                    chunk = await reader.read(65536)
-                    if not chunk:
-                        raise ConnectionError("closed mid-body")
-                    if ttft is None and b"data:" in chunk:
-                        ttft = perf() - t0
-                    tail = tail[-512:] + chunk
-            e2e = perf() - t0
-            ok = status == 200 and b"[DONE]" in tail[-200:] and b'"error"' not in tail[-400:]
-            if t0 >= warm_until:
-                if ok and ttft is not None:
-                    out["ttft"].append(ttft)
+            if conn is None or conn.closed:
+                _, conn = await loop.create_connection(_StreamConn, "127.0.0.1", port)
+            done = loop.create_future()
+            conn.start(req, done)
+            e2e = await done
+            tail = conn.tail
+            ok = conn.status == 200 and b"[DONE]" in tail[-200:] and b'"error"' not in tail[-400:]
+            if conn.t0 >= warm_until:
+                if ok and conn.ttft is not None:
+                    out["ttft"].append(conn.ttft)
                     out["e2e"].append(e2e)
                 else:
                     out["errors"] += 1
             if not ok:
-                writer.close()
-                writer = None
+                conn.transport.close()
+                conn = None
         except (OSError, ConnectionError, ValueError):
             out["errors"] += 1
-            if writer is not None:
-                writer.close()
-            writer = None
+            if conn is not None and conn.transport is not None:
+                conn.transport.close()
+            conn = None
             await asyncio.sleep(0.05)
-    if writer is not None:
-        writer.close()
+    if conn is not None and conn.transport is not None:
+        conn.transport.close()
 
 
 def _client_process(
@@ -282,7 +319,9 @@ def _client_process(
         await asyncio.gather(*tasks)
         return out
 
-    conn.send(uvloop.run(main()))
+    out = uvloop.run(main())
+    out["cpu_s"] = time.process_time()  # this client's own CPU (it ran nothing else)
+    conn.send(out)
     conn.close()
 
 
@@ -301,20 +340,21 @@ def run_load(ports: list[int], concurrency: int, warm_s: float, run_s: float, pr
         pipes.append(parent)
         children.append(p)
         first += n
-    ttft, e2e, errors = [], [], 0
+    ttft, e2e, errors, cpu = [], [], 0, 0.0
     for parent, p in zip(pipes, children, strict=True):
         out = parent.recv()
         p.join()
         ttft += out["ttft"]
         e2e += out["e2e"]
         errors += out["errors"]
-    return {"ttft": ttft, "e2e": e2e, "errors": errors, "requests": len(ttft)}
+        cpu += out["cpu_s"]
+    return {"ttft": ttft, "e2e": e2e, "errors": errors, "requests": len(ttft), "client_cpu_s": cpu}
 
 
 def _merge(a: dict | None, b: dict) -> dict:
     if a is None:
         return b
-    return {k: a[k] + b[k] for k in ("ttft", "e2e", "errors", "requests")}
+    return {k: a[k] + b[k] for k in ("ttft", "e2e", "errors", "requests", "client_cpu_s")}
 
 
 def run_pair(engines: list[int], gw_port: int, c: int, a, on_via=None) -> tuple[dict, dict]:

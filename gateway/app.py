@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 from gateway import metrics as m
 from gateway.config import GatewayConfig, load_config
 from gateway.limits import REASONS, Limiter
+from gateway.push import BodyPusher
 from gateway.redisfast import FastRedis
 from gateway.router import Router
 from gateway.snapshot import ALERTS_LIST, KeyInfo, SnapshotHolder, Target, TenantInfo, period_key
@@ -814,77 +815,22 @@ class _Request:
         await send(
             {"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + self._headers(rl_headers)}
         )
-        # receive() returns http.disconnect when the client goes away; we check it between chunks.
+        loop = asyncio.get_running_loop()
+        fw = _SseForward(self, resp, send, loop)
+        # receive() returns http.disconnect when the client goes away.
         disc = asyncio.ensure_future(receive())
-        usage = None
-        usage_chunk: bytes | None = None
-        done = False
-        buf = b""
-        events = 0
-        broken: str | None = None
-        rewrite = self.target.engine_model != self.model
+        disc.add_done_callback(fw.client_gone)
+        resp.stream(fw.on_data, fw.on_end)
         try:
-            while (block := await resp.read_chunk()) is not None:
-                if disc.done():
-                    break
-                if buf:
-                    block = buf + block
-                cut = block.rfind(b"\n\n")
-                if cut < 0:
-                    buf = block
-                    continue
-                cut += 2
-                out = block[:cut]
-                buf = block[cut:]
-                if self.ttft is None:
-                    self.ttft = time.perf_counter() - self.t0
-                if b"[DONE]" in out or b'"usage":{' in out or b'"usage": {' in out:
-                    keep = []
-                    for ev in out.split(b"\n\n"):
-                        if not ev:
-                            continue
-                        payload = ev[5:].strip() if ev.startswith(b"data:") else b""
-                        if payload == b"[DONE]":
-                            done = True
-                            continue
-                        if payload and (b'"usage":{' in payload or b'"usage": {' in payload):
-                            try:
-                                obj = orjson.loads(payload)
-                            except orjson.JSONDecodeError:
-                                obj = None
-                            if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
-                                usage = obj["usage"]
-                                if not obj.get("choices"):
-                                    # The usage-only chunk: held back until the event is durable.
-                                    usage_chunk = ev + b"\n\n"
-                                    continue
-                        events += 1
-                        keep.append(ev + b"\n\n")
-                    out = b"".join(keep)
-                    if out:
-                        await send(
-                            {
-                                "type": "http.response.body",
-                                "body": self._rewrite(out) if rewrite else out,
-                                "more_body": True,
-                            }
-                        )
-                    if done:
-                        break
-                    continue
-                events += out.count(b"data:")
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": self._rewrite(out) if rewrite else out,
-                        "more_body": True,
-                    }
-                )
-        except READ_ERRORS as exc:
-            broken = type(exc).__name__
+            await fw.finished
         except asyncio.CancelledError:
+            resp.stop_stream()
             disc.cancel()
             raise
+        resp.stop_stream()
+        usage, usage_chunk, done, events = fw.usage, fw.usage_chunk, fw.done, fw.events
+        broken = fw.broken
+        rewrite = fw.rewrite
         if disc.done() and not done:
             # Client went away: stop the engine, bill what was produced, release the rest of the hold.
             resp.close()
@@ -897,6 +843,9 @@ class _Request:
             m.child(m.REQUESTS, self.model, "499").inc()
             return
         disc.cancel()
+        # Everything forwarded so far has gone out before the final bytes (a slow client may hold
+        # some in flow control).
+        await fw.pusher.drain()
         if not done and broken is None and usage is None:
             broken = "stream ended without [DONE]"
         self._take_usage(usage)
@@ -933,6 +882,108 @@ class _Request:
             tail = (self._rewrite(usage_chunk) if rewrite else usage_chunk) + DONE
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         m.child(m.REQUESTS, self.model, "200").inc()
+
+
+class _SseForward:
+    """Forwards one stream's SSE bytes from the deployment to the client, inside the upstream
+    connection's callbacks: no task switch, no timer and no JSON per chunk.
+
+    Whole events go out as they arrive, undecoded. Only a block that contains ``[DONE]`` or a usage
+    object is split and parsed: the usage-only chunk and ``[DONE]`` are held back for the request's
+    task, which sends them after the usage event is durable. ``finished`` resolves when ``[DONE]``
+    arrived, the body ended or broke, or the client went away.
+    """
+
+    __slots__ = (
+        "req", "resp", "pusher", "finished", "buf", "usage", "usage_chunk", "done", "events", "broken",
+        "rewrite", "gone",
+    )  # fmt: skip
+
+    def __init__(self, req: _Request, resp, send, loop: asyncio.AbstractEventLoop) -> None:
+        self.req = req
+        self.resp = resp
+        # A slow client pauses the send (uvicorn's flow control): stop reading from the deployment
+        # until it drained, so nothing piles up in the gateway.
+        self.pusher = BodyPusher(send, loop, on_idle=resp.resume)
+        self.finished: asyncio.Future = loop.create_future()
+        self.buf = b""
+        self.usage: dict | None = None
+        self.usage_chunk: bytes | None = None
+        self.done = False
+        self.events = 0
+        self.broken: str | None = None
+        self.rewrite = req.target.engine_model != req.model
+        self.gone = False
+
+    def _finish(self) -> None:
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+    def client_gone(self, _fut) -> None:
+        self.gone = True
+        self._finish()
+
+    def on_end(self, exc: BaseException | None) -> None:
+        if exc is not None and self.broken is None:
+            self.broken = type(exc).__name__
+        self._finish()
+
+    def on_data(self, block: bytes) -> None:
+        if self.gone or self.done:
+            return
+        if self.buf:
+            block = self.buf + block
+            self.buf = b""
+        cut = block.rfind(b"\n\n")
+        if cut < 0:
+            self.buf = block
+            return
+        cut += 2
+        if cut != len(block):
+            self.buf = block[cut:]
+            block = block[:cut]
+        req = self.req
+        if req.ttft is None:
+            req.ttft = time.perf_counter() - req.t0
+        if b"[DONE]" in block or b'"usage":{' in block or b'"usage": {' in block:
+            block = self._split(block)
+            if not block:
+                if self.done:
+                    self._finish()
+                return
+        else:
+            self.events += block.count(b"data:")
+        pusher = self.pusher
+        pusher.push_body(req._rewrite(block) if self.rewrite else block)
+        if self.done:
+            self._finish()
+        elif pusher.busy:
+            self.resp.pause()
+
+    def _split(self, block: bytes) -> bytes:
+        """Takes out ``[DONE]`` and the usage-only chunk (kept for later); returns what to forward."""
+        keep = []
+        for ev in block.split(b"\n\n"):
+            if not ev:
+                continue
+            payload = ev[5:].strip() if ev.startswith(b"data:") else b""
+            if payload == b"[DONE]":
+                self.done = True
+                continue
+            if payload and (b'"usage":{' in payload or b'"usage": {' in payload):
+                try:
+                    obj = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    obj = None
+                if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
+                    self.usage = obj["usage"]
+                    if not obj.get("choices"):
+                        # The usage-only chunk: held back until the event is durable.
+                        self.usage_chunk = ev + b"\n\n"
+                        continue
+            self.events += 1
+            keep.append(ev + b"\n\n")
+        return b"".join(keep)
 
 
 app = Gateway()

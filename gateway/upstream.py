@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httptools
@@ -27,7 +29,7 @@ class _Conn(asyncio.Protocol):
 
     __slots__ = (
         "pool", "key", "transport", "parser", "status", "chunks", "complete", "error", "waiter",
-        "headers_done", "keep_alive", "reused", "got_bytes",
+        "headers_done", "keep_alive", "reused", "got_bytes", "on_data", "on_end", "last_rx", "idle_timer",
     )  # fmt: skip
 
     def __init__(self, pool: UpstreamPool, key: tuple) -> None:
@@ -46,6 +48,11 @@ class _Conn(asyncio.Protocol):
         self.headers_done: asyncio.Future | None = None
         self.keep_alive = True
         self.got_bytes = False
+        # Streaming mode (stream()): body bytes go straight to on_data, the end to on_end.
+        self.on_data: Callable[[bytes], None] | None = None
+        self.on_end: Callable[[BaseException | None], None] | None = None
+        self.last_rx = 0.0
+        self.idle_timer: asyncio.TimerHandle | None = None
 
     # --- asyncio protocol
     def connection_made(self, transport) -> None:
@@ -53,6 +60,7 @@ class _Conn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.got_bytes = True
+        self.last_rx = time.monotonic()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:  # pragma: no cover - deployments never upgrade
@@ -75,6 +83,10 @@ class _Conn(asyncio.Protocol):
             hd.set_result(None)
 
     def on_body(self, body: bytes) -> None:
+        cb = self.on_data
+        if cb is not None:
+            cb(body)
+            return
         self.chunks.append(body)
         w = self.waiter
         if w is not None and not w.done():
@@ -85,6 +97,7 @@ class _Conn(asyncio.Protocol):
         w = self.waiter
         if w is not None and not w.done():
             w.set_result(None)
+        self._end(None)
 
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -92,6 +105,61 @@ class _Conn(asyncio.Protocol):
         for f in (self.headers_done, self.waiter):
             if f is not None and not f.done():
                 f.set_exception(exc)
+        self._end(exc)
+
+    def _end(self, exc: BaseException | None) -> None:
+        cb = self.on_end
+        if cb is not None:
+            self.on_data = self.on_end = None
+            if self.idle_timer is not None:
+                self.idle_timer.cancel()
+                self.idle_timer = None
+            cb(exc)
+
+    def _check_idle(self) -> None:
+        self.idle_timer = None
+        if self.on_end is None:
+            return
+        left = self.last_rx + self.pool.idle_timeout - time.monotonic()
+        if left > 0:
+            self.idle_timer = asyncio.get_running_loop().call_later(left, self._check_idle)
+        else:
+            self._fail(TimeoutError("deployment sent nothing"))
+
+    # --- streaming interface (shared with _AiohttpResponse)
+    def stream(
+        self, on_data: Callable[[bytes], None], on_end: Callable[[BaseException | None], None]
+    ) -> None:
+        """Hand every body chunk to ``on_data`` as it arrives (inside ``data_received``: no task switch
+        per chunk), then call ``on_end(None)`` at the end of the body or ``on_end(exc)`` when the
+        connection breaks or stays silent for the idle timeout. One timer per idle period, not one
+        per chunk."""
+        pending, self.chunks = self.chunks, []
+        for chunk in pending:
+            on_data(chunk)
+        if self.complete or self.error is not None:
+            on_end(None if self.complete else self.error)
+            return
+        self.on_data, self.on_end = on_data, on_end
+        self.last_rx = time.monotonic()
+        self.idle_timer = asyncio.get_running_loop().call_later(self.pool.idle_timeout, self._check_idle)
+
+    def stop_stream(self) -> None:
+        """No more callbacks (the client went away or the answer is complete)."""
+        self.on_data = self.on_end = None
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+        self.resume()
+
+    def pause(self) -> None:
+        """Stop reading from the deployment (the client is slower than the stream)."""
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     # --- response interface (shared with _AiohttpResponse)
     async def read_chunk(self) -> bytes | None:
@@ -129,6 +197,10 @@ class _Conn(asyncio.Protocol):
             self.close()
 
     def close(self) -> None:
+        self.on_data = self.on_end = None
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
         if self.transport is not None:
             self.transport.close()
             self.transport = None
@@ -146,6 +218,7 @@ class _AiohttpResponse:
         self.resp = resp
         self.status = resp.status
         self._it = resp.content.iter_any().__aiter__()
+        self._task: asyncio.Task | None = None
 
     async def read_chunk(self) -> bytes | None:
         try:
@@ -156,10 +229,37 @@ class _AiohttpResponse:
     async def read_all(self) -> bytes:
         return await self.resp.read()
 
+    def stream(
+        self, on_data: Callable[[bytes], None], on_end: Callable[[BaseException | None], None]
+    ) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._pump(on_data, on_end))
+
+    async def _pump(self, on_data, on_end) -> None:
+        try:
+            while (chunk := await self.read_chunk()) is not None:
+                on_data(chunk)
+        except Exception as exc:  # noqa: BLE001 - reported to the stream's owner
+            on_end(exc)
+            return
+        on_end(None)
+
+    def stop_stream(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def pause(self) -> None:
+        pass  # aiohttp's own flow control applies (https targets only)
+
+    def resume(self) -> None:
+        pass
+
     def release(self) -> None:
+        self.stop_stream()
         self.resp.release()
 
     def close(self) -> None:
+        self.stop_stream()
         self.resp.close()
 
 

@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # One prefix per pytest process, the same however often this module is imported.
 PREFIX = os.environ.setdefault("GATEWAY_TEST_PREFIX", f"gwtest-{os.getpid()}-{uuid.uuid4().hex[:6]}:")
 HAS_ENGINE = importlib.util.find_spec("engines.server") is not None
+# The Redis the gateways under test use (they read REDIS_URL too): tests inspect counters there.
+REDIS_URL = os.environ.get("GATEWAY_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 
 
 def free_port() -> int:

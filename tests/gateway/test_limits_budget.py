@@ -19,7 +19,7 @@ from billing.services_gateway import (
     price_set,
     tenant_limits_set,
 )
-from tests.gateway.conftest import PREFIX, publish, route
+from tests.gateway.conftest import PREFIX, REDIS_URL, publish, route
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -152,7 +152,7 @@ def test_overspend_under_200_concurrent_requests_is_bounded_by_one_worst_case(en
     worst = prompt_est * 100_000 + 16 * 300_000
     cap = int(amount * 1_000_000_000)
     assert total <= cap + worst, (total, cap, worst)
-    r = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    r = redis.Redis.from_url(REDIS_URL)
     keys = r.keys(f"{PREFIX}budget:{tenant.pk}:*")
     assert len(keys) == 1
     state = r.hgetall(keys[0])
@@ -173,7 +173,7 @@ def test_budget_counters_are_rebuilt_from_postgres_when_redis_loses_them(env):
     while UsageEvent.objects.filter(tenant=tenant).count() < 1 and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.5)
-    r = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    r = redis.Redis.from_url(REDIS_URL)
     for k in r.keys(f"{PREFIX}budget:{tenant.pk}:*"):
         r.delete(k)  # Redis lost the counters
     publish(

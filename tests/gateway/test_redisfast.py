@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from gateway.redisfast import FastRedis, RedisError, _parse
+from tests.gateway.conftest import REDIS_URL
 
 
 def test_parser_handles_every_reply_kind_and_partial_input():
@@ -21,7 +22,7 @@ def test_parser_handles_every_reply_kind_and_partial_input():
 
 def test_evalsha_loads_an_unknown_script_and_pipelines_concurrent_calls():
     async def run():
-        r = FastRedis("redis://127.0.0.1:6379/0")
+        r = FastRedis(REDIS_URL)
         # A script Redis has never seen: the first EVALSHA gets NOSCRIPT and falls back to EVAL.
         sha = r.script(f"-- {uuid.uuid4()}\nreturn {{tonumber(ARGV[1]) * 2, KEYS[1]}}")
         results = await asyncio.gather(*(r.evalsha(sha, [f"k{i}"], [i]) for i in range(200)))

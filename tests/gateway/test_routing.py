@@ -16,7 +16,7 @@ import redis
 from billing.models import UsageEvent
 from billing.services_gateway import api_key_create, budget_set, price_set, snapshot_build
 from gateway.snapshot import SNAPSHOT_KEY, VERSION_KEY
-from tests.gateway.conftest import PREFIX, free_port, publish, route, start_fake
+from tests.gateway.conftest import PREFIX, REDIS_URL, free_port, publish, route, start_fake
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 MSG = [{"role": "user", "content": "hello there"}]
@@ -170,7 +170,7 @@ def test_client_disconnect_releases_the_budget_hold(gateway, gw_tmp, tenant, adm
                         break  # leave mid-stream
 
         asyncio.run(go())
-        r = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+        r = redis.Redis.from_url(REDIS_URL)
         deadline = time.monotonic() + 5
         state = {}
         while time.monotonic() < deadline:
@@ -207,7 +207,7 @@ def test_snapshot_changes_apply_within_two_seconds_even_without_the_notification
     snap = snapshot_build(routes=route("sim-llama", (1, "a", engine_a, 1.0)))
     import orjson
 
-    r = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    r = redis.Redis.from_url(REDIS_URL)
     r.set(PREFIX + SNAPSHOT_KEY, orjson.dumps(snap))
     t0 = time.monotonic()
     r.set(PREFIX + VERSION_KEY, snap["version"])
