@@ -3,7 +3,8 @@
 Everything runs in its own processes: simulated vLLM engines in fixed-timing mode
 (``python -m engines.server --fixed-ttft-ms 20 --fixed-tpot-ms 20``: 64 tokens paced at 20 ms), one
 gateway (``python -m gateway``, one worker), and several load-client processes (uvloop, a minimal
-HTTP/1.1 client over kept-alive connections, so the client is not what is measured). The gateway
+HTTP/1.1 client on ``asyncio.Protocol`` over kept-alive connections that parses no JSON, so the
+client is not what is measured and leaves the CPU to what is). The gateway
 runs its full path: key lookup, rate limits and budget hold in Redis (Lua), routing, SSE
 forwarding, the usage event fsynced to its spool before ``[DONE]``, and the settle in Redis.
 
@@ -319,8 +320,9 @@ def _client_process(
         await asyncio.gather(*tasks)
         return out
 
+    cpu0 = time.process_time()  # after the imports: the load's own CPU
     out = uvloop.run(main())
-    out["cpu_s"] = time.process_time()  # this client's own CPU (it ran nothing else)
+    out["cpu_s"] = time.process_time() - cpu0
     conn.send(out)
     conn.close()
 
@@ -426,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.quick:
         a.ladder, a.duration, a.warm, a.cpu_requests_s, a.rounds = "256,512", 4.0, 1.0, 3.0, 1
 
+    load_at_start = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     prefix = f"gwbench-{uuid.uuid4().hex[:8]}:"
     procs: list[subprocess.Popen] = []
@@ -463,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
             n = max(1, via["requests"] * (a.warm + a.duration / a.rounds) / (a.duration / a.rounds))
             rows[c]["paced_gateway_cpu_ms_per_request"] = cpu["gw"] * 1000 / n
             rows[c]["paced_engine_cpu_ms_per_request"] = cpu["engine"] * 1000 / n
+            rows[c]["paced_client_cpu_ms_per_request"] = via["client_cpu_s"] * 1000 / n
             print(f"  c={c}: done", file=sys.stderr)
         ladder = []
         max_streams = 0
@@ -511,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
                 "cpu_errors": load["errors"],
                 "paced_gateway_cpu_ms_per_request": c64["paced_gateway_cpu_ms_per_request"],
                 "paced_engine_cpu_ms_per_request": c64["paced_engine_cpu_ms_per_request"],
+                "paced_client_cpu_ms_per_request": c64["paced_client_cpu_ms_per_request"],
+                "load_average_at_start": load_at_start,
                 "load_average_at_end": os.getloadavg(),
             }
         )
@@ -557,6 +563,14 @@ def print_table(r: dict) -> None:
     )
     print(
         f"cpu_ms_per_request        {r['cpu_ms_per_request']:.3f}   target <= 1.5 ({r['cpu_requests']} no-delay streams)"
+    )
+    print(
+        f"paced CPU per stream (c=64): gateway {r['paced_gateway_cpu_ms_per_request']:.2f} ms, "
+        f"engines {r['paced_engine_cpu_ms_per_request']:.2f} ms, load clients {r['paced_client_cpu_ms_per_request']:.2f} ms"
+    )
+    la, lb = r["load_average_at_start"], r["load_average_at_end"]
+    print(
+        f"load average (1/5/15 min): at start {la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f}, at end {lb[0]:.2f}/{lb[1]:.2f}/{lb[2]:.2f}"
     )
 
 

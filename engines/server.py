@@ -514,6 +514,9 @@ class FixedEngine:
         tpot = self.tpot_s
         now = time.monotonic()
         pop, push = heapq.heappop, heapq.heappush
+        # Each stream is woken once per tick, after all its due tokens: with no delay (TPOT 0) a
+        # stream's tokens all come due together and leave in one write, not one write per token.
+        woken: dict[Sink, None] = {}
         while heap and heap[0][0] <= now:
             t, rid = pop(heap)
             entry = running.get(rid)
@@ -539,6 +542,8 @@ class FixedEngine:
             else:
                 # From the due time, not from now: timings stay exact even when the loop is late.
                 push(heap, (t + tpot, rid))
+            woken[sink] = None
+        for sink in woken:
             sink.wake()
         self._admit(now)
         self._arm()
