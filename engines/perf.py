@@ -92,7 +92,7 @@ class Efficiency:
 #   ~0.6 ms per step is the CPU-side scheduling + sampling cost of vLLM v1 with CUDA graphs.
 # * A100: similar fractions (Ampere reaches a little higher MBU, slower launch path).
 # * L40S: GDDR6 reaches a lower fraction of its bandwidth; PCIe-only all-reduce.
-# * CPU: placeholder to calibrate (vLLM-CPU has much larger per-step Python overhead).
+# * CPU: a rough starting point that calibration corrects (vLLM-CPU has much larger per-step Python overhead).
 # * request_overhead_s: vLLM's OpenAI server adds ~1-3 ms per request on a GPU host (HTTP parsing,
 #   tokenizing a short prompt, ZMQ hand-off to the engine core, first SSE chunk): 2 ms. On a small,
 #   shared CPU host the same Python path competes with the engine for cores: ~10 ms was measured on the

@@ -8,7 +8,7 @@ GPUs: NVIDIA datasheets, dense (no sparsity) tensor-core peaks, SXM variants whe
 ``memory_gib`` is what ``nvidia-smi`` reports as total memory (the marketing "80 GB" is 80 GiB on
 H100/A100, 141 GB on H200 shows as ~140 GiB, L40S's 48 GB shows as ~45 GiB).
 
-``CPU`` is a placeholder device for calibrating against vLLM-CPU on a developer machine: its peak
+``CPU`` is a rough starting-point device for calibrating against vLLM-CPU on a developer machine: its peak
 figures are rough (2 cores with AVX-512, dual-channel DDR4/5) and are meant to be corrected by the
 fitted efficiencies (``engines.calibrate``); its "memory" is the KV space vLLM-CPU is given
 (``VLLM_CPU_KVCACHE_SPACE``) plus the tiny model's weights, so pass ``kv_cache_gib`` in the engine

@@ -290,6 +290,9 @@ def vllm_server_start(
         log_path = name
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    if die_with_parent:
+        # The guard leads the process group and takes vLLM's EngineCore and worker down with it.
+        cmd = [sys.executable, str(Path(__file__).with_name("vllm_guard.py")), *cmd]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             cmd,

@@ -59,7 +59,11 @@ def vllm_children() -> list[int]:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"vllm.entrypoints.openai.api_server" in cmdline and MODEL_NAME.encode() in cmdline:
+        if (
+            b"-m" in cmdline[:3]
+            and b"vllm.entrypoints.openai.api_server" in cmdline[:3]
+            and MODEL_NAME.encode() in cmdline
+        ):
             pids.append(int(entry))
     return pids
 

@@ -180,8 +180,31 @@ def _group_members(pgid: int) -> list[int]:
     return pids
 
 
+def _raylet_pids(pgid: int) -> set[bytes]:
+    pids = set()
+    for pid in _group_members(pgid):
+        with contextlib.suppress(OSError):
+            if b"raylet" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                pids.add(str(pid).encode())
+    return pids
+
+
+def _kill_descendants_of_raylets(raylets: set[bytes]) -> None:
+    """SIGKILL processes that replicas started in sessions of their own (a vLLM server and its
+    EngineCore): they carry ``RAY_RAYLET_PID`` in their environment but are outside the group."""
+    markers = [b"RAY_RAYLET_PID=" + pid for pid in raylets]
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            if any(marker in environ for marker in markers):
+                os.kill(int(entry), signal.SIGKILL)
+
+
 def stop_ray_cluster(cluster: RayTestCluster, timeout: float = 8.0) -> None:
     """SIGTERM, then SIGKILL, the process group ``ray start`` created; remove its temp dir."""
+    raylets = _raylet_pids(cluster.pgid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(cluster.pgid, sig)
@@ -190,6 +213,7 @@ def stop_ray_cluster(cluster: RayTestCluster, timeout: float = 8.0) -> None:
             time.sleep(0.2)
         if not _group_members(cluster.pgid):
             break
+    _kill_descendants_of_raylets(raylets)
     shutil.rmtree(cluster.temp_dir, ignore_errors=True)
 
 
