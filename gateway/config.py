@@ -7,25 +7,12 @@ the launcher's ``var/governor.env`` for the local embedded Redis/Postgres, as th
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from governor.env import env_float, env_int, env_str
+from governor.env import env_float, env_int, env_str, load_env_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def _load_local_env_file() -> None:
-    """Fill unset variables from ``var/governor.env`` (written by the launcher)."""
-    var_dir = Path(os.environ.get("GOVERNOR_VAR_DIR", str(BASE_DIR / "var")))
-    path = var_dir / "governor.env"
-    if not path.exists():
-        return
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and not key.startswith("#"):
-            os.environ.setdefault(key.strip(), value.strip())
 
 
 @dataclass(frozen=True)
@@ -51,9 +38,9 @@ class GatewayConfig:
 
 def load_config() -> GatewayConfig:
     """Read the gateway's settings; missing Redis is fatal, missing Postgres only stops shipping."""
-    _load_local_env_file()
-    redis_url = env_str("GATEWAY_REDIS_URL") or env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
     var_dir = Path(env_str("GOVERNOR_VAR_DIR", str(BASE_DIR / "var")))
+    load_env_file(var_dir / "governor.env")  # written by the launcher, as for the console
+    redis_url = env_str("GATEWAY_REDIS_URL") or env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
     return GatewayConfig(
         redis_url=redis_url,
         database_url=env_str("GATEWAY_DATABASE_URL") or env_str("DATABASE_URL"),
