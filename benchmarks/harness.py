@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engines.workload import Workload, constant, fixed  # noqa: E402
-from evaluations.harness import Sla, StageConfig, Target, run_stage  # noqa: E402
+from loadtest import Sla, StageConfig, Target, run_stage  # noqa: E402
 
 TPOT_MS = 50.0
 TTFT_MS = 100.0
@@ -72,7 +72,7 @@ def _server(cmd: list[str], port: int):
 
 def paced(ttft_ms: float, tpot_ms: float):
     port = _free_port()
-    cmd = [sys.executable, "-m", "evaluations.harness.paced_server", "--port", str(port)]
+    cmd = [sys.executable, "-m", "loadtest.paced_server", "--port", str(port)]
     return _server([*cmd, "--ttft-ms", str(ttft_ms), "--tpot-ms", str(tpot_ms)], port)
 
 
@@ -168,9 +168,9 @@ def client_cpu_per_chunk(streams: int = 500, tokens: int = 64) -> list[dict]:
     import httpx
     import orjson
 
-    from evaluations.harness.client import new_session, stream_request
-    from evaluations.harness.loadgen import run_async
-    from evaluations.harness.records import RequestRecord
+    from loadtest.client import new_session, stream_request
+    from loadtest.loadgen import run_async
+    from loadtest.records import RequestRecord
 
     async def with_harness(t: Target) -> int:
         async with new_session(t) as s:

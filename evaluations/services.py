@@ -27,11 +27,11 @@ from evaluations.constants import (
     RunStatus,
     TargetKind,
 )
-from evaluations.harness import Sla, StageConfig, SweepConfig, Target, find_capacity, run_ladder, run_stage
-from evaluations.harness.runner import HarnessError, arrival_at
-from evaluations.harness.sweep import DEFAULT_TARGET_ATTAINMENT
 from evaluations.models import BenchmarkRun
 from evaluations.reports import build_results
+from loadtest import Sla, StageConfig, SweepConfig, Target, find_capacity, run_ladder, run_stage
+from loadtest.runner import HarnessError, arrival_at
+from loadtest.sweep import DEFAULT_TARGET_ATTAINMENT
 
 MAX_LADDER_LEVELS = 20
 MAX_STAGE_SECONDS = 3600
@@ -368,7 +368,7 @@ def _predicted_engine(run: BenchmarkRun):
     from catalog.models import GpuType, ModelVersion
     from engines.scheduler import EngineConfig
     from engines.sim import SimConfig
-    from evaluations.harness.predict import PredictedEngine
+    from loadtest.predict import PredictedEngine
 
     snap = run.snapshot
     version = ModelVersion.objects.select_related("model").get(pk=snap["model_version_id"])

@@ -65,11 +65,11 @@ class BenchmarkRunFactory(factory.django.DjangoModelFactory):
 
 def sample_results() -> dict:
     """Results of a real (tiny) stage, built through the same code path as a run's."""
-    from evaluations.harness import Sla
-    from evaluations.harness.metrics import summarize
-    from evaluations.harness.records import RequestRecord
-    from evaluations.harness.runner import StageResult
     from evaluations.reports import build_results
+    from loadtest import Sla
+    from loadtest.metrics import summarize
+    from loadtest.records import RequestRecord
+    from loadtest.runner import StageResult
 
     recs = [
         RequestRecord(

@@ -35,10 +35,10 @@ def wait_http(url: str, *, timeout_s: float = 20.0, proc: subprocess.Popen | Non
 
 @contextlib.contextmanager
 def paced_server(*args: str) -> Iterator[str]:
-    """``python -m evaluations.harness.paced_server ARGS`` on a free port; yields its ``/v1`` base URL."""
+    """``python -m loadtest.paced_server ARGS`` on a free port; yields its ``/v1`` base URL."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "evaluations.harness.paced_server", "--port", str(port), *args],
+        [sys.executable, "-m", "loadtest.paced_server", "--port", str(port), *args],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

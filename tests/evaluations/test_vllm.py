@@ -7,9 +7,9 @@ import contextlib
 import pytest
 
 from engines.workload import Workload, constant, uniform
-from evaluations.harness import Sla, StageConfig, Target, run_stage
-from evaluations.harness.runner import StageResult
 from evaluations.reports import build_results
+from loadtest import Sla, StageConfig, Target, run_stage
+from loadtest.runner import StageResult
 
 from .servers import ROOT
 

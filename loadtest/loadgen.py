@@ -4,7 +4,7 @@ A *stage* is one point of a ladder: a fixed offered rate (a schedule of send off
 number of concurrent streams. Several client processes can share a stage; they agree on a wall
 clock epoch and each sends its share, so their records merge on one time axis.
 
-Run as ``python -m evaluations.harness.loadgen`` it is such a client process: it reads its plan
+Run as ``python -m loadtest.loadgen`` it is such a client process: it reads its plan
 (one JSON line) on stdin, says ``ready``, waits for the epoch line, runs, and writes its records
 as one JSON line on stdout. Subprocesses rather than multiprocessing because Celery's prefork
 children are daemonic and may not fork children of their own.

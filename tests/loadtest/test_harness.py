@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from engines.workload import Workload, constant, fixed, fixed_concurrency
-from evaluations.harness import Sla, StageConfig, SweepConfig, Target, find_capacity, run_ladder, run_stage
-from evaluations.harness.metrics import summarize
-from evaluations.harness.records import RequestRecord
-from evaluations.harness.scrape import parse_prometheus
-from evaluations.harness.sweep import usd_per_million_tokens
+from loadtest import Sla, StageConfig, SweepConfig, Target, find_capacity, run_ladder, run_stage
+from loadtest.metrics import summarize
+from loadtest.records import RequestRecord
+from loadtest.scrape import parse_prometheus
+from loadtest.sweep import usd_per_million_tokens
 
 from .servers import engines_fixed_server, free_port, paced_server
 
@@ -230,8 +230,8 @@ def test_stream_parser_handles_any_split_of_the_bytes():
     """Chunked framing and SSE events cut at every possible byte boundary parse the same."""
     import asyncio
 
-    from evaluations.harness.fastclient import _Conn
-    from evaluations.harness.loadgen import run_async
+    from loadtest.fastclient import _Conn
+    from loadtest.loadgen import run_async
 
     events = [
         b'data: {"choices":[{"index":0,"text":" a","finish_reason":null}]}\n\n',
@@ -263,8 +263,8 @@ def test_stream_parser_handles_any_split_of_the_bytes():
 def test_stream_parser_handles_unchunked_bodies(framing):
     import asyncio
 
-    from evaluations.harness.fastclient import _Conn
-    from evaluations.harness.loadgen import run_async
+    from loadtest.fastclient import _Conn
+    from loadtest.loadgen import run_async
 
     body = (
         b'data: {"choices":[{"index":0,"text":" a","finish_reason":"stop"}]}\n\n'

@@ -11,7 +11,7 @@ It is a raw asyncio protocol (uvloop when available) rather than a web framework
 keeps 1,000 streams at 20 tokens/s on time; the harness's client-capacity benchmark relies on it.
 Use the engines' simulated vLLM for realistic batching; use this for known answers.
 
-    python -m evaluations.harness.paced_server --port 8100 --ttft-ms 100 --tpot-ms 50
+    python -m loadtest.paced_server --port 8100 --ttft-ms 100 --tpot-ms 50
 """
 
 from __future__ import annotations

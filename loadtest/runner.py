@@ -164,7 +164,7 @@ def _run_subprocesses(
         errs = [open(os.path.join(tmp, f"stderr-{i}.txt"), "wb") for i in range(len(plans))]  # noqa: SIM115
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "evaluations.harness.loadgen", out],
+                [sys.executable, "-m", "loadtest.loadgen", out],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
