@@ -6,7 +6,7 @@ import pytest
 
 from tests.support.browser import browser, login, page  # noqa: F401 (fixtures)
 
-from .servers import paced_server
+from tests.support.servers import paced_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

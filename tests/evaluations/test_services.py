@@ -10,7 +10,7 @@ from evaluations.services import benchmark_run_cancel, benchmark_run_create, ben
 from tests.factories import GpuTypeFactory, ModelVersionFactory
 
 from .factories import DeploymentFactory
-from .servers import free_port, paced_server
+from tests.support.servers import free_port, paced_server
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from evaluations.models import BenchmarkRun
 from evaluations.services import benchmark_run_cancel, benchmark_run_create
 from tests.factories import GpuTypeFactory
 
-from .servers import paced_server
+from tests.support.servers import paced_server
 
 WL = {
     "arrival": {"kind": "constant", "rate": 4.0},

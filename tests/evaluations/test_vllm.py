@@ -11,7 +11,7 @@ from evaluations.reports import build_results
 from loadtest import Sla, StageConfig, Target, run_stage
 from loadtest.runner import StageResult
 
-from .servers import ROOT
+from tests.support.servers import ROOT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -11,7 +11,7 @@ from loadtest.records import RequestRecord
 from loadtest.scrape import parse_prometheus
 from loadtest.sweep import usd_per_million_tokens
 
-from .servers import engines_fixed_server, free_port, paced_server
+from tests.support.servers import engines_fixed_server, free_port, paced_server
 
 
 def _target(url: str, **kw) -> Target:
