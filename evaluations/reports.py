@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import io
 
-from .harness.sweep import curve_point, stage_passes, usd_per_million_tokens
+from loadtest.sweep import curve_point, stage_passes, usd_per_million_tokens
 
 CSV_COLUMNS = [
     ("stage", "stage"),

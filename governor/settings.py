@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_htmx",
     "governor",
+    "audit",
     "catalog",
     "billing",
     "deployments",
@@ -65,6 +66,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "audit.context.AuditContextMiddleware",
 ]
 
 ROOT_URLCONF = "governor.urls"

@@ -1,0 +1,105 @@
+"""The one way to record a governed change. Every app's services call ``audit_record`` inside the
+same transaction as the write it describes, so the event and the change commit (or roll back) together.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import uuid
+from typing import Any
+
+from django.db import models
+from django.utils import timezone
+
+from audit import context
+from audit.models import AuditEvent
+
+SYSTEM_ACTORS = ("controller", "system", "seed", "reconciler", "gateway")
+
+
+def _actor_fields(actor: Any) -> tuple[str, int | None, str]:
+    """``actor`` is a user, or a string naming a non-human actor (``"controller"``, ``"system:seed"``)."""
+    if actor is None:
+        return "system", None, "system"
+    if isinstance(actor, str):
+        return actor, None, "system"
+    if not getattr(actor, "is_authenticated", False):
+        return "anonymous", None, "anonymous"
+    if actor.is_superuser:
+        role = "platform_admin"
+    elif actor.groups.filter(name="auditors").exists():
+        role = "auditor"
+    else:
+        role = "user"
+    return actor.get_username(), actor.pk, role
+
+
+def jsonable(value: Any) -> Any:
+    """A value as canonical JSON data (decimals and times as strings, model instances as their pk)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, models.Model):
+        return value.pk
+    return value
+
+
+def fields_of(instance: models.Model, names: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """The named fields of an instance (foreign keys by id) as JSON data, for ``before``/``after``."""
+    out = {}
+    for name in names:
+        field = instance._meta.get_field(name)
+        out[name] = jsonable(getattr(instance, field.attname))
+    return out
+
+
+def audit_record(
+    *,
+    actor: Any,
+    action: str,
+    target: models.Model | None = None,
+    object_type: str = "",
+    object_id: str | int = "",
+    object_repr: str = "",
+    tenant_id: int | None = None,
+    before: dict | None = None,
+    after: dict | None = None,
+    reason: str = "",
+    evidence: dict | None = None,
+) -> AuditEvent:
+    """Append one event. ``target`` fills object type/id/repr (``app_label.model``) when given.
+
+    ``action`` is ``<noun>.<verb>`` (``model_version.transition``, ``price.publish``). Only changed
+    fields belong in ``before``/``after``.
+    """
+    if target is not None:
+        object_type = object_type or target._meta.label_lower
+        object_id = object_id or target.pk
+        object_repr = object_repr or str(target)[:200]
+    name, actor_id, role = _actor_fields(actor)
+    ctx = context.current()
+    return AuditEvent.objects.create(
+        at=timezone.now(),
+        actor=name[:150],
+        actor_id=actor_id,
+        role=role,
+        action=action,
+        object_type=object_type,
+        object_id=str(object_id),
+        object_repr=object_repr[:200],
+        tenant_id=tenant_id,
+        before=jsonable(before or {}),
+        after=jsonable(after or {}),
+        reason=reason,
+        evidence=jsonable(evidence or {}),
+        request_id=ctx.request_id,
+        client_address=ctx.client_address,
+    )
