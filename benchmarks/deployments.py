@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.RAY_DASHBOARD_URL = args.dashboard_url
         settings.RAY_SERVE_URL = f"http://127.0.0.1:{args.serve_port or 8100}"
     else:
-        from tests.support.ray_cluster import start_ray_cluster
+        from governor.ray_local import start_ray_cluster
 
         started = time.perf_counter()
         cluster = start_ray_cluster(num_cpus=4)
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {args.json}")
     finally:
         if cluster is not None:
-            from tests.support.ray_cluster import stop_ray_cluster
+            from governor.ray_local import stop_ray_cluster
 
             stop_ray_cluster(cluster)
     return 0

@@ -1,29 +1,71 @@
-import contextlib
+"""Read-only admin (see governor.admin_views): changes go through the billing services."""
 
 from django.contrib import admin
 
-from billing.models import Membership, Tenant
+from billing.models import ApiKey, Budget, BudgetAlert, Membership, Price, Tenant, TenantLimits, UsageEvent
+from governor.admin_views import ReadOnlyAdmin, ReadOnlyInline
 
 
-class MembershipInline(admin.TabularInline):
+class MembershipInline(ReadOnlyInline):
     model = Membership
-    extra = 0
     raw_id_fields = ("user",)
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(ReadOnlyAdmin):
     list_display = ("name", "slug", "is_active", "created_at")
-    prepopulated_fields = {"slug": ("name",)}
     inlines = [MembershipInline]
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(ReadOnlyAdmin):
     list_display = ("user", "tenant", "role", "created_at")
     list_filter = ("role", "tenant")
     raw_id_fields = ("user",)
 
 
-with contextlib.suppress(ImportError):  # admin for the gateway-facing models, once they exist
-    import billing.admin_gateway  # noqa: F401
+@admin.register(ApiKey)
+class ApiKeyAdmin(ReadOnlyAdmin):
+    list_display = ("name", "prefix", "tenant", "expires_at", "revoked_at", "created_at")
+    list_filter = ("tenant",)
+    search_fields = ("name", "prefix")
+    readonly_fields = ("key_hash", "prefix", "created_at", "created_by", "revoked_by")
+
+
+@admin.register(TenantLimits)
+class TenantLimitsAdmin(ReadOnlyAdmin):
+    list_display = ("tenant", "rpm_limit", "tpm_limit", "max_input_tokens", "max_output_tokens", "updated_at")
+
+
+@admin.register(Price)
+class PriceAdmin(ReadOnlyAdmin):
+    list_display = ("public_model", "input_per_million", "output_per_million", "effective_from", "source")
+    list_filter = ("public_model", "source")
+
+
+@admin.register(Budget)
+class BudgetAdmin(ReadOnlyAdmin):
+    list_display = ("tenant", "amount_usd", "period", "hard_cap_percent", "updated_at")
+
+
+@admin.register(BudgetAlert)
+class BudgetAlertAdmin(ReadOnlyAdmin):
+    list_display = ("tenant", "period_key", "percent", "spent_nanos", "created_at")
+    list_filter = ("tenant",)
+
+
+@admin.register(UsageEvent)
+class UsageEventAdmin(ReadOnlyAdmin):
+    list_display = (
+        "event_id",
+        "tenant",
+        "public_model",
+        "deployment_slug",
+        "status",
+        "prompt_tokens",
+        "completion_tokens",
+        "cost_nanos",
+        "finished_at",
+    )
+    list_filter = ("status", "public_model", "tenant")
+    search_fields = ("event_id",)

@@ -1,3 +1,31 @@
-"""Celery entry points of the billing app (Celery discovers ``billing.tasks``)."""
+"""Celery tasks of the billing app.
 
-from billing.tasks_gateway import budget_alerts_record, gateway_snapshot_publish  # noqa: F401
+Beat schedule (wired in ``workers/celery.py``):
+- ``billing.gateway_snapshot_publish`` every 15 s: republishes the ``tenancy`` section of the
+  gateway snapshot, so gateways converge even if a change notification was lost or Redis restarted,
+  and budget spend seeds are refreshed from Postgres (counters lost with Redis are rebuilt from them).
+- ``billing.budget_alerts_record`` every 60 s: soft-threshold crossings become BudgetAlert rows.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from billing.services import budgets, gateway_config
+
+
+@shared_task(
+    name="billing.gateway_snapshot_publish",
+    autoretry_for=(ConnectionError,),
+    retry_backoff=True,
+    max_retries=3,
+)
+def gateway_snapshot_publish() -> int:
+    """Publish the tenancy section of the gateway config snapshot; returns the snapshot version."""
+    return gateway_config.tenancy_section_publish()
+
+
+@shared_task(name="billing.budget_alerts_record", soft_time_limit=120, time_limit=180)
+def budget_alerts_record() -> int:
+    """Record soft budget thresholds crossed; returns how many alerts were new."""
+    return budgets.budget_alerts_record()

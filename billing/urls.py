@@ -1,19 +1,18 @@
-from django.urls import include, path
+from django.urls import path
 
-from billing import views
+from billing.views import budgets, keys, prices, tenancy, usage
 
 app_name = "billing"
 
 urlpatterns = [
-    path("tenants/", views.TenantListView.as_view(), name="tenant_list"),
-    path("tenants/<slug:slug>/", views.TenantDetailView.as_view(), name="tenant_detail"),
+    path("tenants/", tenancy.TenantListView.as_view(), name="tenant_list"),
+    path("tenants/<slug:slug>/", tenancy.TenantDetailView.as_view(), name="tenant_detail"),
+    path("keys/", keys.ApiKeyListView.as_view(), name="key_list"),
+    path("keys/new/", keys.ApiKeyCreateView.as_view(), name="key_create"),
+    path("keys/<int:pk>/revoke/", keys.ApiKeyRevokeView.as_view(), name="key_revoke"),
+    path("usage/", usage.UsageView.as_view(), name="usage"),
+    path("budgets/", budgets.BudgetListView.as_view(), name="budget_list"),
+    path("budgets/<slug:slug>/edit/", budgets.BudgetEditView.as_view(), name="budget_edit"),
+    path("prices/", prices.PriceListView.as_view(), name="price_list"),
+    path("prices/new/", prices.PriceCreateView.as_view(), name="price_create"),
 ]
-
-try:  # the gateway's console pages (keys, usage, budgets, prices) live in their own module
-    from billing.urls_gateway import urlpatterns as gateway_urlpatterns
-
-    urlpatterns += gateway_urlpatterns
-except ImportError:  # pragma: no cover - only while the module does not exist yet
-    pass
-
-__all__ = ["urlpatterns", "include"]

@@ -1,10 +1,13 @@
+"""Read-only admin (see governor.admin_views): changes go through this app's services."""
+
 from django.contrib import admin
 
 from catalog.models import GpuType, Model, ModelVersion
+from governor.admin_views import ReadOnlyAdmin
 
 
 @admin.register(GpuType)
-class GpuTypeAdmin(admin.ModelAdmin):
+class GpuTypeAdmin(ReadOnlyAdmin):
     list_display = (
         "name",
         "memory_gib",
@@ -17,14 +20,14 @@ class GpuTypeAdmin(admin.ModelAdmin):
 
 
 @admin.register(Model)
-class ModelAdmin(admin.ModelAdmin):
+class ModelAdmin(ReadOnlyAdmin):
     list_display = ("name", "family", "parameter_count", "layers", "hidden_size", "kv_heads", "max_context")
     list_filter = ("family",)
     search_fields = ("name",)
 
 
 @admin.register(ModelVersion)
-class ModelVersionAdmin(admin.ModelAdmin):
+class ModelVersionAdmin(ReadOnlyAdmin):
     list_display = ("__str__", "precision", "kv_cache_dtype", "framework", "lifecycle", "created_at")
     list_filter = ("precision", "framework", "lifecycle")
     search_fields = ("model__name", "label")

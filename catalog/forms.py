@@ -6,18 +6,7 @@ from django import forms
 
 from catalog.constants import Framework, Lifecycle, Precision
 from catalog.models import GpuType, Model, ModelVersion
-
-
-class BootstrapMixin:
-    """Adds Bootstrap classes so every form renders consistently."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        for field in self.fields.values():
-            css = "form-select" if isinstance(field.widget, forms.Select) else "form-control"
-            if isinstance(field.widget, forms.CheckboxInput):
-                css = "form-check-input"
-            field.widget.attrs.setdefault("class", css)
+from governor.forms import BootstrapMixin
 
 
 class GpuTypeForm(BootstrapMixin, forms.ModelForm):

@@ -44,3 +44,30 @@ def model_version_list(
 
 def model_families() -> list[str]:
     return list(Model.objects.order_by("family").values_list("family", flat=True).distinct())
+
+
+def model_version_get(*, pk: int) -> ModelVersion:
+    """One version with its model (raises ``ModelVersion.DoesNotExist``)."""
+    return ModelVersion.objects.select_related("model").get(pk=pk)
+
+
+def model_version_find(*, pk: int | None) -> ModelVersion | None:
+    return ModelVersion.objects.select_related("model").filter(pk=pk).first() if pk else None
+
+
+def model_version_by_label(*, model_name: str, label: str) -> ModelVersion:
+    return ModelVersion.objects.select_related("model").get(model__name=model_name, label=label)
+
+
+def gpu_type_get(*, pk: int | None = None, name: str | None = None) -> GpuType:
+    """One GPU type by id or name (raises ``GpuType.DoesNotExist``)."""
+    return GpuType.objects.get(pk=pk) if pk is not None else GpuType.objects.get(name=name)
+
+
+def gpu_type_find(*, pk: int | None) -> GpuType | None:
+    return GpuType.objects.filter(pk=pk).first() if pk else None
+
+
+def catalog_counts() -> dict[str, int]:
+    """How many model versions and GPU types the catalog holds (the home page's summary)."""
+    return {"version_count": ModelVersion.objects.count(), "gpu_count": GpuType.objects.count()}

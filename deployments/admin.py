@@ -1,10 +1,13 @@
+"""Read-only admin (see governor.admin_views): changes go through this app's services."""
+
 from django.contrib import admin
 
 from deployments.models import Deployment, DeploymentEvent, ModelRoute, ReconcileRun, RouteTarget
+from governor.admin_views import ReadOnlyAdmin, ReadOnlyInline
 
 
 @admin.register(Deployment)
-class DeploymentAdmin(admin.ModelAdmin):
+class DeploymentAdmin(ReadOnlyAdmin):
     list_display = [
         "name",
         "slug",
@@ -31,38 +34,30 @@ class DeploymentAdmin(admin.ModelAdmin):
 
 
 @admin.register(DeploymentEvent)
-class DeploymentEventAdmin(admin.ModelAdmin):
-    """Read-only: the timeline is append-only."""
-
+class DeploymentEventAdmin(ReadOnlyAdmin):
     list_display = ["created_at", "deployment", "kind", "actor"]
     list_filter = ["kind"]
 
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(ReconcileRun)
-class ReconcileRunAdmin(admin.ModelAdmin):
+class ReconcileRunAdmin(ReadOnlyAdmin):
     list_display = ["started_at", "trigger", "outcome", "applications", "config_hash"]
     list_filter = ["outcome", "trigger"]
 
 
-class RouteTargetInline(admin.TabularInline):
+class RouteTargetInline(ReadOnlyInline):
     model = RouteTarget
     extra = 0
 
 
 @admin.register(ModelRoute)
-class ModelRouteAdmin(admin.ModelAdmin):
+class ModelRouteAdmin(ReadOnlyAdmin):
     list_display = ["public_name", "long_context_threshold_tokens"]
     inlines = [RouteTargetInline]
 
 
 @admin.register(RouteTarget)
-class RouteTargetAdmin(admin.ModelAdmin):
+class RouteTargetAdmin(ReadOnlyAdmin):
     list_display = ("route", "deployment", "weight")
     list_filter = ("route",)
     raw_id_fields = ("deployment",)

@@ -6,7 +6,7 @@ commit waits in Redis until the worker starts, then retries until the local Ray 
 
 from __future__ import annotations
 
-from catalog.models import GpuType, ModelVersion
+from catalog.selectors import gpu_type_get, model_version_by_label
 from deployments import services
 from deployments.constants import EngineKind, Pool
 from deployments.models import Deployment, ModelRoute
@@ -45,14 +45,14 @@ def seed_demo(*, users: dict, tenants: dict) -> None:
     for spec in DEMO_DEPLOYMENTS:
         deployment = Deployment.objects.live().filter(slug=spec["slug"]).first()
         if deployment is None:
-            version = ModelVersion.objects.get(model__name=spec["model"], label=spec["label"])
+            version = model_version_by_label(model_name=spec["model"], label=spec["label"])
             deployment, _ = services.deployment_create(
                 actor=admin,
                 name=spec["name"],
                 slug=spec["slug"],
                 model_version=version,
                 engine_kind=EngineKind.SIMULATED,
-                gpu_type=GpuType.objects.get(name=spec["gpu"]),
+                gpu_type=gpu_type_get(name=spec["gpu"]),
                 tensor_parallel_size=1,
                 pool=Pool.ONLINE,
                 num_replicas=1,

@@ -5,11 +5,11 @@ from __future__ import annotations
 from django import forms
 from django.core.exceptions import ValidationError
 
-from catalog.forms import BootstrapMixin
-from catalog.models import GpuType, ModelVersion
+from catalog.selectors import gpu_type_list, model_version_list
 from deployments.constants import ScalingMode, Status
 from deployments.models import Deployment, ModelRoute, RouteTarget
 from deployments.services import CREATE_FIELDS, Preflight, deployment_preflight
+from governor.forms import BootstrapMixin
 
 
 class DeploymentForm(BootstrapMixin, forms.ModelForm):
@@ -23,10 +23,8 @@ class DeploymentForm(BootstrapMixin, forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.preflight: Preflight | None = None
-        self.fields["model_version"].queryset = ModelVersion.objects.select_related("model").order_by(
-            "model__name", "label"
-        )
-        self.fields["gpu_type"].queryset = GpuType.objects.order_by("name")
+        self.fields["model_version"].queryset = model_version_list()
+        self.fields["gpu_type"].queryset = gpu_type_list()
         self.fields["served_model_name"].required = False
         self.fields["extra_engine_args"].required = False
 

@@ -327,9 +327,9 @@ def _apply(d: Deployment, fields: dict) -> None:
 
 
 def _publish_routes() -> None:
-    from deployments.services import gateway_snapshot_publish_on_commit
+    from deployments.services import routes_section_publish_on_commit
 
-    gateway_snapshot_publish_on_commit()
+    routes_section_publish_on_commit()
 
 
 def _prune_runs() -> None:

@@ -7,8 +7,11 @@ new desired state) and, when the routing table changed, the gateway snapshot pub
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
+import redis
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -16,7 +19,9 @@ from django.utils import timezone
 from deployments.compiler import effective_kv_cache_dtype, effective_precision
 from deployments.constants import DesiredState, EngineKind, EventKind, ScalingMode
 from deployments.models import Deployment, DeploymentEvent, ModelRoute, RouteTarget
+from deployments.selectors import routing_table
 from engines.memory import GIB, MIN_KV_RESERVE_TOKENS, MemoryEstimate, estimate_memory
+from gateway.publish import publish_section
 
 log = logging.getLogger(__name__)
 
@@ -144,18 +149,26 @@ def reconcile_on_commit(*, trigger: str) -> None:
     transaction.on_commit(_enqueue)
 
 
-def gateway_snapshot_publish_on_commit() -> None:
-    """Republish the gateway snapshot after commit, when the billing app provides the publisher."""
+def routes_section_publish() -> int:
+    """Publish the ``routes`` section of the gateway snapshot; returns the snapshot's new version."""
+    client = redis.Redis.from_url(getattr(settings, "GATEWAY_REDIS_URL", None) or settings.REDIS_URL)
+    try:
+        data = {"generated_at": time.time(), "routes": routing_table()}
+        return publish_section(
+            client, prefix=getattr(settings, "GATEWAY_KEY_PREFIX", "gw:"), section="routes", data=data
+        )
+    finally:
+        client.close()
+
+
+def routes_section_publish_on_commit() -> None:
+    """Republish the routes after commit (a failed publish is retried by the reconciler's next pass)."""
 
     def _publish() -> None:
         try:
-            from billing.services_gateway import snapshot_publish
-        except ImportError:
-            return
-        try:
-            snapshot_publish()
-        except Exception:  # noqa: BLE001 - Redis down: the gateway's periodic republish catches up
-            log.exception("gateway snapshot publish failed")
+            routes_section_publish()
+        except Exception:  # noqa: BLE001 - Redis down: the periodic republish catches up
+            log.exception("gateway routes publish failed")
 
     transaction.on_commit(_publish)
 
@@ -174,7 +187,7 @@ def _event(deployment: Deployment, kind: str, actor, message: str = "", before=N
 def _changed(deployment: Deployment, kind: str, actor, message: str = "", before=None, after=None) -> None:
     _event(deployment, kind, actor, message, before, after)
     reconcile_on_commit(trigger=kind)
-    gateway_snapshot_publish_on_commit()
+    routes_section_publish_on_commit()
 
 
 # --- deployments ---------------------------------------------------------------------------------
@@ -305,14 +318,14 @@ def model_route_save(*, route: ModelRoute) -> ModelRoute:
     """Create or update a route (public model name) and republish the gateway snapshot."""
     route.full_clean()
     route.save()
-    gateway_snapshot_publish_on_commit()
+    routes_section_publish_on_commit()
     return route
 
 
 @transaction.atomic
 def model_route_delete(*, route: ModelRoute) -> None:
     route.delete()
-    gateway_snapshot_publish_on_commit()
+    routes_section_publish_on_commit()
 
 
 @transaction.atomic
@@ -325,11 +338,11 @@ def route_target_set(*, route: ModelRoute, deployment: Deployment, weight: int) 
     target, _ = RouteTarget.objects.update_or_create(
         route=route, deployment=deployment, defaults={"weight": weight}
     )
-    gateway_snapshot_publish_on_commit()
+    routes_section_publish_on_commit()
     return target
 
 
 @transaction.atomic
 def route_target_delete(*, target: RouteTarget) -> None:
     target.delete()
-    gateway_snapshot_publish_on_commit()
+    routes_section_publish_on_commit()

@@ -16,6 +16,7 @@ from django.core.cache import cache
 
 from deployments.ray_client import RayUnreachable
 from deployments.reconciler import LockBusy, deployments_observe, deployments_reconcile
+from deployments.services import routes_section_publish
 
 WATCH_TOKEN_KEY = "deployments:watch-token"
 WATCH_INTERVAL_S = 1.0
@@ -61,3 +62,15 @@ def watch(token: str, step: int = 0) -> None:
     moving = deployments_observe()
     if moving and step < WATCH_MAX_STEPS:
         watch.apply_async(kwargs={"token": token, "step": step + 1}, countdown=WATCH_INTERVAL_S)
+
+
+@shared_task(
+    name="deployments.routes_publish",
+    autoretry_for=(ConnectionError,),
+    retry_backoff=True,
+    max_retries=3,
+    ignore_result=True,
+)
+def routes_publish() -> int:
+    """Republish the routes section of the gateway snapshot (changes also publish on commit)."""
+    return routes_section_publish()

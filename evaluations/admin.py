@@ -1,10 +1,13 @@
+"""Read-only admin (see governor.admin_views): changes go through this app's services."""
+
 from django.contrib import admin
 
 from evaluations.models import BenchmarkRun
+from governor.admin_views import ReadOnlyAdmin
 
 
 @admin.register(BenchmarkRun)
-class BenchmarkRunAdmin(admin.ModelAdmin):
+class BenchmarkRunAdmin(ReadOnlyAdmin):
     list_display = (
         "id",
         "name",

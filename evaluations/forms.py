@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
-from catalog.models import GpuType, ModelVersion
+from catalog.selectors import gpu_type_list, model_version_list
 from evaluations.constants import Api, RunKind, RunMode, RunStatus, TargetKind
 
 LENGTH_KINDS = [
@@ -106,13 +106,11 @@ class BenchmarkRunForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        from deployments.models import Deployment
+        from deployments.selectors import deployment_list
 
-        self.fields["deployment"].queryset = Deployment.objects.live().select_related("model_version__model")
-        self.fields["model_version"].queryset = ModelVersion.objects.select_related("model").order_by(
-            "model__name", "label"
-        )
-        self.fields["gpu_type"].queryset = GpuType.objects.order_by("name")
+        self.fields["deployment"].queryset = deployment_list()
+        self.fields["model_version"].queryset = model_version_list()
+        self.fields["gpu_type"].queryset = gpu_type_list()
         _bs(self)
 
     def clean_ladder(self) -> list[float]:

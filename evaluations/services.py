@@ -365,14 +365,14 @@ def _target_for(run: BenchmarkRun) -> Target:
 
 def _predicted_engine(run: BenchmarkRun):
     """One replica's simulator config from the run's snapshot (deployment or spec fields)."""
-    from catalog.models import GpuType, ModelVersion
+    from catalog.selectors import gpu_type_get, model_version_get
     from engines.scheduler import EngineConfig
     from engines.sim import SimConfig
     from loadtest.predict import PredictedEngine
 
     snap = run.snapshot
-    version = ModelVersion.objects.select_related("model").get(pk=snap["model_version_id"])
-    gpu = GpuType.objects.get(pk=snap["gpu_type_id"])
+    version = model_version_get(pk=snap["model_version_id"])
+    gpu = gpu_type_get(pk=snap["gpu_type_id"])
     engine_kwargs = {
         k: snap[k] for k in ("max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching") if k in snap
     }

@@ -1,7 +1,7 @@
 """Celery entry points for benchmark runs: take an id, call the service, record failures on the row.
 
 Beat: ``evaluations.benchmark_runs_reap_stale`` every minute fails runs whose worker died
-(see ``BEAT_SCHEDULE``; the Celery app merges it into its schedule).
+(scheduled in ``workers/celery.py``).
 """
 
 from __future__ import annotations
@@ -40,8 +40,3 @@ def benchmark_runs_reap_stale_task() -> int:
     from evaluations.services import benchmark_runs_reap_stale
 
     return benchmark_runs_reap_stale()
-
-
-BEAT_SCHEDULE = {
-    "evaluations-reap-stale-benchmarks": {"task": "evaluations.benchmark_runs_reap_stale", "schedule": 60.0},
-}

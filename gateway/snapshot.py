@@ -1,6 +1,7 @@
 """The configuration snapshot: what the console publishes and every gateway serves from memory.
 
-Contract (JSON, built by ``billing.services_gateway.snapshot_build``)::
+Contract (JSON; ``gateway.publish`` writes it in two sections: ``tenancy`` built by
+``billing.services.gateway_config`` and ``routes`` built by ``deployments.services``)::
 
     {"version": int, "generated_at": float,
      "keys": {sha256_hex: {"id", "prefix", "tenant_id", "models": [..] | null,
@@ -14,8 +15,8 @@ Contract (JSON, built by ``billing.services_gateway.snapshot_build``)::
                                            "base_url", "engine_model", "weight", "pool", "status"}]}},
      "prices": {public_name: {"price_id", "input_nanos", "output_nanos"}}}
 
-Limits of 0 mean "no limit". The console stores it under ``<prefix>snapshot`` and publishes the new
-version on the ``<prefix>snapshot`` channel; gateways also poll ``<prefix>snapshot:version``.
+Limits of 0 mean "no limit". ``version`` is the counter ``gateway.publish`` increments on every
+section publish; gateways reload all sections when it moves (pub/sub, and polling as the fallback).
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ from dataclasses import dataclass
 
 import orjson
 
-SNAPSHOT_KEY = "snapshot"
-VERSION_KEY = "snapshot:version"
-CHANNEL = "snapshot"
+from gateway.publish import CHANNEL, SECTIONS, VERSION_KEY, section_key
+
 ALERTS_LIST = "budget_alerts"
 
 
@@ -226,11 +226,20 @@ class SnapshotHolder:
         version = await self.redis.get(self.prefix + VERSION_KEY)
         if version is None or int(version) == self.current.version:
             return False
-        raw = await self.redis.get(self.prefix + SNAPSHOT_KEY)
-        if raw is None:
+        raws = await self.redis.mget([self.prefix + section_key(s) for s in SECTIONS])
+        merged: dict = {}
+        generated_at = 0.0
+        for raw in raws:
+            if raw is not None:
+                section = orjson.loads(raw)
+                generated_at = max(generated_at, float(section.pop("generated_at", 0) or 0))
+                merged.update(section)
+        if not merged:
             return False
-        # Any version other than ours is newer: the console only ever writes its latest build.
-        self.current = parse_snapshot(raw)
+        merged["version"] = int(version)
+        merged["generated_at"] = generated_at
+        # Any version other than ours is newer: the counter only moves forward.
+        self.current = parse_snapshot(orjson.dumps(merged))
         return True
 
     async def run_poll(self) -> None:

@@ -85,8 +85,10 @@ def main() -> None:
     os.chdir(ROOT)
     if command == "lint":
         ruff = str(VENV / "bin" / "ruff")
-        checks = [[ruff, "check", "."], [ruff, "format", "--check", "."]]
-        sys.exit(max(subprocess.run(check_argv, cwd=ROOT).returncode for check_argv in checks))
+        lint_imports = str(VENV / "bin" / "lint-imports")
+        checks = [[ruff, "check", "."], [ruff, "format", "--check", "."], [lint_imports]]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}  # lint-imports reads the packages from here
+        sys.exit(max(subprocess.run(check_argv, cwd=ROOT, env=env).returncode for check_argv in checks))
     os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), "-m", "governor.launcher", *args])
 
 

@@ -41,9 +41,9 @@ def tenant_ids(user) -> set[int]:
         return set()
     cached = getattr(user, "_governor_tenant_ids", None)
     if cached is None:
-        from billing.selectors import tenant_ids_for_user
-
-        cached = tenant_ids_for_user(user=user)
+        # Through the user's reverse relation (billing.Membership.user, related_name "memberships"),
+        # so that this module, which every app imports, imports no app itself.
+        cached = set(user.memberships.filter(tenant__is_active=True).values_list("tenant_id", flat=True))
         user._governor_tenant_ids = cached
     return cached
 
@@ -60,9 +60,7 @@ def can_read_tenant(user, tenant_id: int) -> bool:
 def can_manage_tenant_keys(user, tenant_id: int) -> bool:
     if is_platform_admin(user):
         return True
-    from billing.selectors import membership_role
-
-    return membership_role(user=user, tenant_id=tenant_id) == "admin"
+    return user.memberships.filter(tenant_id=tenant_id, role="admin").exists()
 
 
 # --- class-based view mixins -------------------------------------------------------------------

@@ -141,7 +141,7 @@ SPECTACULAR_SETTINGS = {
         "DeploymentEventKindEnum": "deployments.constants.EventKind",
         "BenchmarkRunStatusEnum": "evaluations.constants.RunStatus",
         "BenchmarkRunKindEnum": "evaluations.constants.RunKind",
-        "UsageEventStatusEnum": "billing.models_gateway.UsageEvent.Status",
+        "UsageEventStatusEnum": "billing.models.UsageEvent.Status",
     },
 }
 

@@ -7,7 +7,7 @@ from django.http import JsonResponse
 from django.shortcuts import render
 from django.views import View
 
-from catalog.models import GpuType, ModelVersion
+from catalog.selectors import catalog_counts
 from governor.access import PlatformUserRequiredMixin, reads_everything, tenant_ids
 
 
@@ -15,11 +15,10 @@ class HomeView(PlatformUserRequiredMixin, View):
     """Landing page: what is in the catalog and where to go next, by role."""
 
     def get(self, request):
-        from billing.selectors import tenants_visible_to
+        from billing.selectors.tenancy import tenants_visible_to
 
         context = {
-            "version_count": ModelVersion.objects.count(),
-            "gpu_count": GpuType.objects.count(),
+            **catalog_counts(),
             "tenants": tenants_visible_to(user=request.user, reads_everything=reads_everything(request.user)),
             "my_tenant_ids": tenant_ids(request.user),
         }

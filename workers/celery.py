@@ -28,7 +28,14 @@ app.conf.beat_schedule["deployments-reconcile"] = {
     "options": {"expires": float(os.environ.get("RAY_RECONCILE_INTERVAL_S") or 10.0)},
 }
 
-# billing: republish the gateway snapshot (changes also publish on commit) and record budget alerts.
+# deployments: republish the routes section of the gateway snapshot (changes also publish on commit).
+app.conf.beat_schedule["deployments-routes-publish"] = {
+    "task": "deployments.routes_publish",
+    "schedule": 15.0,
+    "options": {"expires": 15.0},
+}
+
+# billing: republish the tenancy section of the gateway snapshot and record budget alerts.
 app.conf.beat_schedule["billing-gateway-snapshot"] = {
     "task": "billing.gateway_snapshot_publish",
     "schedule": 15.0,

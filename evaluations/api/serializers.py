@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from catalog.models import GpuType, ModelVersion
-from deployments.models import Deployment
+from catalog.selectors import gpu_type_list, model_version_list
+from deployments.selectors import deployment_list
 from evaluations.constants import DEFAULT_SLA, DEFAULT_WORKLOAD, Api, RunKind, RunMode, TargetKind
 from evaluations.models import BenchmarkRun
 
@@ -18,17 +18,15 @@ class BenchmarkRunCreateSerializer(serializers.Serializer):
     mode = serializers.ChoiceField(choices=RunMode.choices, default=RunMode.SINGLE)
     target_kind = serializers.ChoiceField(choices=TargetKind.choices, default=TargetKind.DEPLOYMENT)
     deployment = serializers.PrimaryKeyRelatedField(
-        queryset=Deployment.objects.live(), required=False, allow_null=True
+        queryset=deployment_list(), required=False, allow_null=True
     )
     base_url = serializers.CharField(required=False, allow_blank=True, default="")
     model_name = serializers.CharField(required=False, allow_blank=True, default="")
     api = serializers.ChoiceField(choices=Api.choices, default=Api.COMPLETIONS)
     model_version = serializers.PrimaryKeyRelatedField(
-        queryset=ModelVersion.objects.all(), required=False, allow_null=True
+        queryset=model_version_list(), required=False, allow_null=True
     )
-    gpu_type = serializers.PrimaryKeyRelatedField(
-        queryset=GpuType.objects.all(), required=False, allow_null=True
-    )
+    gpu_type = serializers.PrimaryKeyRelatedField(queryset=gpu_type_list(), required=False, allow_null=True)
     gpus = serializers.IntegerField(required=False, allow_null=True, min_value=0)
     tensor_parallel = serializers.IntegerField(default=1, min_value=1)
     replicas = serializers.IntegerField(default=1, min_value=1)

@@ -6,7 +6,8 @@ import pytest
 from django.urls import reverse
 
 from billing.models import ApiKey, Budget, Price, TenantLimits
-from billing.services_gateway import api_key_create, budget_set, hash_api_key
+from billing.services.budgets import budget_set
+from billing.services.keys import api_key_create, hash_api_key
 from tests.billing.test_gateway_views import make_event
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import ApiKey, Budget, Price, TenantLimits, UsageEvent
-from billing.services_gateway import api_key_create, budget_set, hash_api_key, price_set
+from billing.services.budgets import budget_set
+from billing.services.keys import api_key_create, hash_api_key
+from billing.services.prices import price_set
 
 pytestmark = pytest.mark.django_db
 
@@ -174,7 +176,7 @@ def test_price_create_by_role(role, status, role_clients):
 
 
 def test_price_lookup_uses_the_version_in_force(admin_user):
-    from billing.selectors_gateway import price_for
+    from billing.selectors.prices import price_for
 
     now = timezone.now()
     price_set(

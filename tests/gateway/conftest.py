@@ -230,10 +230,17 @@ def gateway(_gateway_session, gateway_db_url):
 
 
 def publish(gateway_url: str, routes: dict) -> int:
-    """Publish the snapshot through the billing service and wait until the gateway serves it."""
-    from billing.services_gateway import snapshot_publish
+    """Publish both snapshot sections (tenancy from the billing service, these hand-made routes)
+    and wait until the gateway serves them."""
+    from billing.services.gateway_config import gateway_prefix, gateway_redis, tenancy_section_publish
+    from gateway.publish import publish_section
 
-    version = snapshot_publish(routes=routes)
+    tenancy_section_publish()
+    client = gateway_redis()
+    try:
+        version = publish_section(client, prefix=gateway_prefix(), section="routes", data={"routes": routes})
+    finally:
+        client.close()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         if httpx.get(gateway_url + "/healthz").json()["snapshot_version"] == version:

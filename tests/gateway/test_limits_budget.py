@@ -12,13 +12,9 @@ import pytest
 import redis
 
 from billing.models import BudgetAlert, UsageEvent
-from billing.services_gateway import (
-    api_key_create,
-    budget_alerts_record,
-    budget_set,
-    price_set,
-    tenant_limits_set,
-)
+from billing.services.budgets import budget_alerts_record, budget_set
+from billing.services.keys import api_key_create, tenant_limits_set
+from billing.services.prices import price_set
 from tests.gateway.conftest import PREFIX, REDIS_URL, publish, route
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]

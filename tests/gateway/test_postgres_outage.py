@@ -18,7 +18,7 @@ import httpx
 import psycopg
 import pytest
 
-from billing.services_gateway import api_key_create
+from billing.services.keys import api_key_create
 from governor.embedded import EmbeddedPostgres
 from tests.conftest import subprocess_env
 from tests.gateway.conftest import ROOT, free_port, publish, route, start_gateway

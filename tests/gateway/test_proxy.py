@@ -10,7 +10,8 @@ import openai
 import pytest
 
 from billing.models import UsageEvent
-from billing.services_gateway import api_key_create, api_key_revoke, price_set
+from billing.services.keys import api_key_create, api_key_revoke
+from billing.services.prices import price_set
 from tests.gateway.conftest import publish, route
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]

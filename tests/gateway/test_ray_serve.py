@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from billing.models import UsageEvent
-from billing.services_gateway import api_key_create
+from billing.services.keys import api_key_create
 from tests.gateway.conftest import publish, route
 from tests.support.ray_cluster import ray_cluster  # noqa: F401  (pytest fixture)
 

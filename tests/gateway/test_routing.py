@@ -14,8 +14,11 @@ import pytest
 import redis
 
 from billing.models import UsageEvent
-from billing.services_gateway import api_key_create, budget_set, price_set, snapshot_build
-from gateway.snapshot import SNAPSHOT_KEY, VERSION_KEY
+from billing.services.budgets import budget_set
+from billing.services.gateway_config import tenancy_section_build, tenancy_section_publish
+from billing.services.keys import api_key_create
+from billing.services.prices import price_set
+from gateway.publish import VERSION_KEY, section_key
 from tests.gateway.conftest import PREFIX, REDIS_URL, free_port, publish, route, start_fake
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -195,22 +198,19 @@ def test_snapshot_changes_apply_within_two_seconds_even_without_the_notification
     publish(gateway, route("sim-llama", (1, "a", engine_a, 1.0)))
     # 1) through pub/sub: a new key works almost at once.
     _, s1 = api_key_create(tenant=tenant, name="fresh", actor=admin_user)
-    from billing.services_gateway import snapshot_publish
-
     t0 = time.monotonic()
-    snapshot_publish(routes=route("sim-llama", (1, "a", engine_a, 1.0)))
+    tenancy_section_publish()
     while _post(gateway, s1).status_code != 200:
         assert time.monotonic() - t0 < 2.0
         time.sleep(0.01)
     # 2) notification lost: store the snapshot without publishing; the poll must find it.
     _, s2 = api_key_create(tenant=tenant, name="polled", actor=admin_user)
-    snap = snapshot_build(routes=route("sim-llama", (1, "a", engine_a, 1.0)))
     import orjson
 
     r = redis.Redis.from_url(REDIS_URL)
-    r.set(PREFIX + SNAPSHOT_KEY, orjson.dumps(snap))
+    r.set(PREFIX + section_key("tenancy"), orjson.dumps(tenancy_section_build()))
     t0 = time.monotonic()
-    r.set(PREFIX + VERSION_KEY, snap["version"])
+    r.incr(PREFIX + VERSION_KEY)
     while _post(gateway, s2).status_code != 200:
         assert time.monotonic() - t0 < 2.0
         time.sleep(0.02)

@@ -3,27 +3,10 @@
 from __future__ import annotations
 
 import os
-import shutil
-from pathlib import Path
 
 import pytest
 
-CHROMIUM = os.environ.get("GOVERNOR_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def chromium_path() -> str | None:
-    if Path(CHROMIUM).exists():
-        return CHROMIUM
-    return shutil.which("chromium")
+from governor.chromium import CHROMIUM_ARGS, chromium_path
 
 
 @pytest.fixture

@@ -88,10 +88,10 @@ class Command(BaseCommand):
         o.add_argument("--json", dest="json_path", help="also write the report to this file")
 
     def handle(self, *args, **o) -> None:
-        from catalog.models import GpuType, ModelVersion
-        from deployments.models import Deployment
+        from catalog.selectors import gpu_type_find, model_version_find
+        from deployments.selectors import deployment_list
 
-        deployment = Deployment.objects.filter(pk=o["deployment"]).first() if o["deployment"] else None
+        deployment = deployment_list().filter(pk=o["deployment"]).first() if o["deployment"] else None
         if o["deployment"] and deployment is None:
             raise CommandError(f"no deployment {o['deployment']}")
         if o["kind"] == RunKind.PREDICTED:
@@ -134,10 +134,8 @@ class Command(BaseCommand):
                 base_url=o["url"] or "",
                 model_name=o["model"],
                 api=o["api"],
-                model_version=ModelVersion.objects.filter(pk=o["model_version"]).first()
-                if o["model_version"]
-                else None,
-                gpu_type=GpuType.objects.filter(pk=o["gpu_type"]).first() if o["gpu_type"] else None,
+                model_version=model_version_find(pk=o["model_version"]) if o["model_version"] else None,
+                gpu_type=gpu_type_find(pk=o["gpu_type"]),
                 gpus=o["gpus"],
                 tensor_parallel=o["tp"],
                 replicas=o["replicas"],

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tests.support.browser import CHROMIUM_ARGS, chromium_path
+from governor.chromium import CHROMIUM_ARGS, chromium_path
 
 # (file name, path, text that must be on the page before the shot is taken)
 PAGES = [

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from django.db.models import Count, QuerySet
 
-from billing.models import Membership, Tenant
+from billing.models import (
+    Membership,
+    Tenant,
+)
 
 
 def tenant_ids_for_user(*, user) -> set[int]:
@@ -22,3 +25,16 @@ def tenants_visible_to(*, user, reads_everything: bool) -> QuerySet[Tenant]:
     if reads_everything:
         return qs
     return qs.filter(memberships__user=user)
+
+
+def tenants_managed_by(*, user, is_platform_admin: bool) -> QuerySet[Tenant]:
+    """Tenants whose keys the user may create and revoke (platform admins: all)."""
+    qs = Tenant.objects.filter(is_active=True).order_by("name")
+    if is_platform_admin:
+        return qs
+    return qs.filter(memberships__user=user, memberships__role="admin")
+
+
+def tenants_readable_by(*, user, reads_everything: bool, tenant_ids: set[int]) -> QuerySet[Tenant]:
+    qs = Tenant.objects.order_by("name")
+    return qs if reads_everything else qs.filter(pk__in=tenant_ids)

@@ -1,4 +1,4 @@
-"""Tenancy models. Gateway-facing billing models (keys, prices, budgets, usage) are in ``models_gateway``."""
+"""Tenants (teams or business units billed for what they use) and users' roles in them."""
 
 from __future__ import annotations
 
@@ -43,6 +43,3 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.tenant} ({self.role})"
-
-
-from billing.models_gateway import *  # noqa: E402,F401,F403  (keys, prices, budgets, usage)

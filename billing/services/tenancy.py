@@ -1,11 +1,18 @@
-"""Tenancy writes."""
+"""Tenancy writes: tenants and users' memberships in them."""
 
 from __future__ import annotations
+
+import logging
 
 from django.db import transaction
 from django.utils.text import slugify
 
-from billing.models import Membership, Tenant
+from billing.models import (
+    Membership,
+    Tenant,
+)
+
+log = logging.getLogger(__name__)
 
 
 @transaction.atomic

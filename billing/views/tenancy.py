@@ -7,8 +7,14 @@ from django.shortcuts import get_object_or_404, render
 from django.views import View
 
 from billing.models import Tenant
-from billing.selectors import tenants_visible_to
-from governor.access import PlatformUserRequiredMixin, can_read_tenant, reads_everything
+from billing.selectors.tenancy import (
+    tenants_visible_to,
+)
+from governor.access import (
+    PlatformUserRequiredMixin,
+    can_read_tenant,
+    reads_everything,
+)
 
 
 class TenantListView(PlatformUserRequiredMixin, View):

@@ -1,0 +1,43 @@
+"""Prices per million tokens, effective-dated per public model."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+
+
+class Price(models.Model):
+    """A price version for one public model; the one in force is the latest ``effective_from`` ≤ now."""
+
+    public_model = models.CharField(max_length=200, db_index=True)
+    input_per_million = models.DecimalField(
+        max_digits=12, decimal_places=3, validators=[MinValueValidator(Decimal("0"))]
+    )
+    output_per_million = models.DecimalField(
+        max_digits=12, decimal_places=3, validators=[MinValueValidator(Decimal("0"))]
+    )
+    effective_from = models.DateTimeField(db_index=True)
+    source = models.CharField(max_length=32, default="manual", help_text="manual, or how it was derived.")
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["public_model", "-effective_from"]
+
+    def __str__(self) -> str:
+        return f"{self.public_model}: ${self.input_per_million}/${self.output_per_million} per M"
+
+    @property
+    def input_nanos(self) -> int:
+        """Nano-dollars per input token."""
+        return int(self.input_per_million * 1000)
+
+    @property
+    def output_nanos(self) -> int:
+        return int(self.output_per_million * 1000)

@@ -1,0 +1,1 @@
+"""Billing reads by concept: tenancy, keys, prices, budgets, usage."""

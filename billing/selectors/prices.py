@@ -1,0 +1,40 @@
+"""Price reads: the version in force and the history."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from billing.models import (
+    Price,
+)
+
+
+def price_for(*, public_model: str, at: dt.datetime | None = None) -> Price | None:
+    """THE price lookup: the price in force for a public model at a time (latest effective_from ≤ at).
+
+    Every cost the platform computes goes through here (or ``prices_in_force``, which applies the
+    same rule to all models), so a later goodput-derived price source only has to change this.
+    """
+    at = at or timezone.now()
+    return (
+        Price.objects.filter(public_model=public_model, effective_from__lte=at)
+        .order_by("-effective_from")
+        .first()
+    )
+
+
+def prices_in_force(*, at: dt.datetime | None = None) -> dict[str, Price]:
+    """The price in force for every public model that has one (same rule as ``price_for``)."""
+    at = at or timezone.now()
+    rows = Price.objects.filter(effective_from__lte=at).order_by("public_model", "-effective_from")
+    out: dict[str, Price] = {}
+    for p in rows:
+        out.setdefault(p.public_model, p)
+    return out
+
+
+def price_list() -> QuerySet[Price]:
+    return Price.objects.select_related("created_by").order_by("public_model", "-effective_from")

@@ -1,0 +1,1 @@
+"""Billing writes by concept (tenancy, keys and limits, prices, budgets) and the gateway config section."""

@@ -1,0 +1,114 @@
+"""The billing section of the gateway's configuration snapshot: keys, tenants (limits, budgets) and prices."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import redis
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from billing.models import (
+    ApiKey,
+    Tenant,
+)
+from billing.selectors.budgets import period_bounds
+from billing.selectors.prices import prices_in_force
+from billing.selectors.usage import tenant_spend_nanos
+from gateway.publish import publish_section
+
+log = logging.getLogger(__name__)
+
+
+def gateway_redis() -> redis.Redis:
+    """A client for the Redis the gateways read (``GATEWAY_REDIS_URL``, else ``REDIS_URL``)."""
+    return redis.Redis.from_url(getattr(settings, "GATEWAY_REDIS_URL", None) or settings.REDIS_URL)
+
+
+def gateway_prefix() -> str:
+    return getattr(settings, "GATEWAY_KEY_PREFIX", "gw:")
+
+
+def tenancy_section_build(*, at: dt.datetime | None = None) -> dict:
+    """The ``tenancy`` section of the gateway snapshot: keys, tenants (limits, budgets) and prices.
+
+    See ``gateway.snapshot`` for the contract. Budget spend is read from Postgres here so that
+    gateways can rebuild Redis counters that were lost.
+    """
+    at = at or timezone.now()
+    now = at.timestamp()
+    keys = {}
+    for k in ApiKey.objects.filter(tenant__is_active=True).only(
+        "id",
+        "prefix",
+        "tenant_id",
+        "allowed_models",
+        "expires_at",
+        "revoked_at",
+        "rpm_limit",
+        "tpm_limit",
+        "key_hash",
+    ):
+        keys[k.key_hash] = {
+            "id": k.pk,
+            "prefix": k.prefix,
+            "tenant_id": k.tenant_id,
+            "models": k.allowed_models or None,
+            "expires_at": k.expires_at.timestamp() if k.expires_at else None,
+            "revoked": k.revoked_at is not None,
+            "rpm": k.rpm_limit,
+            "tpm": k.tpm_limit,
+        }
+    tenants = {}
+    for t in Tenant.objects.filter(is_active=True).select_related("limits", "budget"):
+        limits = getattr(t, "limits", None)
+        budget = getattr(t, "budget", None)
+        b = None
+        if budget is not None:
+            key, start, end = period_bounds(period=budget.period, at=at)
+            b = {
+                "period": budget.period,
+                "amount_nanos": budget.amount_nanos,
+                "hard_cap_nanos": budget.hard_cap_nanos,
+                "soft_percents": list(budget.soft_threshold_percents or []),
+                "spent_period_key": key,
+                "spent_nanos": tenant_spend_nanos(tenant_id=t.pk, since=start, until=end),
+            }
+        tenants[str(t.pk)] = {
+            "slug": t.slug,
+            "rpm": limits.rpm_limit if limits else 0,
+            "tpm": limits.tpm_limit if limits else 0,
+            "max_input_tokens": limits.max_input_tokens if limits else 0,
+            "max_output_tokens": limits.max_output_tokens if limits else 0,
+            "budget": b,
+        }
+    prices = {
+        name: {"price_id": p.pk, "input_nanos": p.input_nanos, "output_nanos": p.output_nanos}
+        for name, p in prices_in_force(at=at).items()
+    }
+    return {"generated_at": now, "keys": keys, "tenants": tenants, "prices": prices}
+
+
+def tenancy_section_publish() -> int:
+    """Build and publish the ``tenancy`` section; returns the snapshot's new version."""
+    client = gateway_redis()
+    try:
+        return publish_section(
+            client, prefix=gateway_prefix(), section="tenancy", data=tenancy_section_build()
+        )
+    finally:
+        client.close()
+
+
+def tenancy_section_publish_on_commit() -> None:
+    """Publish once the current transaction commits (a failed publish is retried by the beat task)."""
+
+    def _publish() -> None:
+        try:
+            tenancy_section_publish()
+        except Exception:  # noqa: BLE001 - Redis down: the periodic republish catches up
+            log.exception("gateway snapshot publish failed")
+
+    transaction.on_commit(_publish)

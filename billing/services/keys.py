@@ -1,0 +1,97 @@
+"""API keys and the limits on a tenant's traffic."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import secrets
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from billing.models import (
+    ApiKey,
+    Tenant,
+    TenantLimits,
+)
+from billing.services.gateway_config import tenancy_section_publish_on_commit
+
+log = logging.getLogger(__name__)
+
+
+KEY_PREFIX = "gk-"
+
+
+def hash_api_key(secret: str) -> str:
+    """The stored form of a key (the gateway hashes what clients send the same way)."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+@transaction.atomic
+def api_key_create(
+    *,
+    tenant: Tenant,
+    name: str,
+    actor,
+    expires_at: dt.datetime | None = None,
+    allowed_models: list[str] | None = None,
+    rpm_limit: int = 0,
+    tpm_limit: int = 0,
+) -> tuple[ApiKey, str]:
+    """Create a key; returns the row and the secret, which is shown once and never stored."""
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationError({"expires_at": "The expiry must be in the future."})
+    secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    key = ApiKey(
+        tenant=tenant,
+        name=name,
+        prefix=secret[:10],
+        key_hash=hash_api_key(secret),
+        allowed_models=sorted(set(allowed_models or [])),
+        rpm_limit=rpm_limit,
+        tpm_limit=tpm_limit,
+        expires_at=expires_at,
+        created_by=actor if getattr(actor, "pk", None) else None,
+    )
+    key.full_clean()
+    key.save()
+    tenancy_section_publish_on_commit()
+    return key, secret
+
+
+@transaction.atomic
+def api_key_revoke(*, api_key: ApiKey, actor) -> ApiKey:
+    """Revoke a key (idempotent); gateways refuse it within ~2 s."""
+    updated = ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now(), revoked_by=actor if getattr(actor, "pk", None) else None
+    )
+    api_key.refresh_from_db()
+    if updated:
+        tenancy_section_publish_on_commit()
+    return api_key
+
+
+@transaction.atomic
+def tenant_limits_set(
+    *,
+    tenant: Tenant,
+    rpm_limit: int,
+    tpm_limit: int,
+    max_input_tokens: int,
+    max_output_tokens: int,
+    actor=None,
+) -> TenantLimits:
+    """Set a tenant's rate limits and admission caps (0 = none)."""
+    limits, _ = TenantLimits.objects.update_or_create(
+        tenant=tenant,
+        defaults={
+            "rpm_limit": rpm_limit,
+            "tpm_limit": tpm_limit,
+            "max_input_tokens": max_input_tokens,
+            "max_output_tokens": max_output_tokens,
+        },
+    )
+    tenancy_section_publish_on_commit()
+    return limits

@@ -1,0 +1,1 @@
+"""Console pages of the billing app, by concept."""
