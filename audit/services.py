@@ -103,3 +103,59 @@ def audit_record(
         request_id=ctx.request_id,
         client_address=ctx.client_address,
     )
+
+
+def snapshot(instance: models.Model) -> dict[str, Any]:
+    """Every concrete field of a row (foreign keys by id) as JSON data: the ``before`` of an update."""
+    return {f.attname: jsonable(getattr(instance, f.attname)) for f in instance._meta.concrete_fields}
+
+
+def changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields that differ, as (before, after) dicts holding only those fields."""
+    keys = [k for k in after if before.get(k) != after.get(k)]
+    return {k: before.get(k) for k in keys}, {k: after[k] for k in keys}
+
+
+def audit_save(
+    *,
+    actor: Any,
+    instance: models.Model,
+    before: dict[str, Any] | None,
+    tenant_id: int | None = None,
+    reason: str = "",
+    action: str = "",
+    evidence: dict | None = None,
+) -> AuditEvent | None:
+    """Record a create (``before`` is None) or an update (only the changed fields) of ``instance``.
+
+    Call after the row is saved, inside the same transaction. An update that changed nothing
+    records nothing and returns None. ``action`` defaults to ``<model>.create`` / ``<model>.update``.
+    """
+    noun = instance._meta.model_name
+    after = snapshot(instance)
+    if before is None:
+        b, a = {}, after
+        action = action or f"{noun}.create"
+    else:
+        b, a = changes(before, after)
+        if not a:
+            return None
+        action = action or f"{noun}.update"
+    return audit_record(
+        actor=actor, action=action, target=instance, tenant_id=tenant_id, before=b, after=a, reason=reason,
+        evidence=evidence,
+    )  # fmt: skip
+
+
+def audit_delete(
+    *, actor: Any, instance: models.Model, tenant_id: int | None = None, reason: str = ""
+) -> AuditEvent:
+    """Record the deletion of ``instance`` (call before deleting it, inside the same transaction)."""
+    return audit_record(
+        actor=actor,
+        action=f"{instance._meta.model_name}.delete",
+        target=instance,
+        tenant_id=tenant_id,
+        before=snapshot(instance),
+        reason=reason,
+    )

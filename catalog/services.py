@@ -7,7 +7,8 @@ from decimal import Decimal
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from catalog.constants import LIFECYCLE_TRANSITIONS
+from audit.services import audit_delete, audit_record, audit_save, snapshot
+from catalog.constants import LIFECYCLE_TRANSITIONS, Lifecycle
 from catalog.models import GpuType, Model, ModelVersion
 from engines.memory import MemoryEstimate, estimate_memory
 
@@ -62,42 +63,100 @@ def model_version_memory_estimates(
     return rows
 
 
+def _before(instance) -> dict | None:
+    """The stored row behind ``instance`` as audit data, or None for a new one."""
+    if instance.pk is None:
+        return None
+    stored = type(instance).objects.filter(pk=instance.pk).first()
+    return snapshot(stored) if stored is not None else None
+
+
 @transaction.atomic
 def model_version_create(*, actor, **fields) -> ModelVersion:
     """Create a version in ``draft`` (unless a lifecycle is given) and record who made it."""
-    version = ModelVersion(created_by=actor, **fields)
+    version = ModelVersion(created_by=actor if getattr(actor, "pk", None) else None, **fields)
     version.full_clean()
     version.save()
+    audit_save(actor=actor, instance=version, before=None)
     return version
 
 
 @transaction.atomic
-def model_version_transition(*, version: ModelVersion, to: str, actor) -> ModelVersion:
+def model_version_save(*, instance: ModelVersion, actor, reason: str = "") -> ModelVersion:
+    """Create or edit a version's facts. The lifecycle moves only through ``model_version_transition``."""
+    before = _before(instance)
+    if before is not None and before.get("lifecycle") != instance.lifecycle:
+        raise ValidationError({"lifecycle": "Change the lifecycle with a transition, not an edit."})
+    if before is None:
+        instance.created_by = actor if getattr(actor, "pk", None) else None
+    instance.full_clean()
+    instance.save()
+    audit_save(actor=actor, instance=instance, before=before, reason=reason)
+    return instance
+
+
+@transaction.atomic
+def model_version_delete(*, instance: ModelVersion, actor, reason: str = "") -> None:
+    audit_delete(actor=actor, instance=instance, reason=reason)
+    instance.delete()
+
+
+@transaction.atomic
+def model_version_transition(*, version: ModelVersion, to: str, actor, reason: str = "") -> ModelVersion:
     """Move a version along its lifecycle; refuses moves the lifecycle does not allow.
 
     Uses a conditional UPDATE so two concurrent transitions cannot both succeed.
     """
     allowed = LIFECYCLE_TRANSITIONS.get(version.lifecycle, set())
     if to not in allowed:
+        labels = ", ".join(sorted(Lifecycle(a).label for a in allowed)) or "none"
         raise ValidationError(
             {
-                "lifecycle": f"Cannot move from {version.lifecycle} to {to}; allowed: {sorted(allowed) or 'none'}."
+                "lifecycle": f"Cannot move from {Lifecycle(version.lifecycle).label} to "
+                f"{Lifecycle(to).label if to in Lifecycle.values else to}; allowed: {labels}."
             }
         )
-    updated = ModelVersion.objects.filter(pk=version.pk, lifecycle=version.lifecycle).update(lifecycle=to)
+    before = version.lifecycle
+    updated = ModelVersion.objects.filter(pk=version.pk, lifecycle=before).update(lifecycle=to)
     if updated != 1:
         raise ValidationError({"lifecycle": "The version changed meanwhile; reload and try again."})
     version.refresh_from_db()
+    audit_record(
+        actor=actor,
+        action="model_version.transition",
+        target=version,
+        before={"lifecycle": before},
+        after={"lifecycle": to},
+        reason=reason,
+    )
     return version
 
 
-def model_validate_and_save(*, model: Model) -> Model:
-    model.full_clean()
-    model.save()
-    return model
+@transaction.atomic
+def model_save(*, instance: Model, actor, reason: str = "") -> Model:
+    before = _before(instance)
+    instance.full_clean()
+    instance.save()
+    audit_save(actor=actor, instance=instance, before=before, reason=reason)
+    return instance
 
 
-def gpu_type_validate_and_save(*, gpu_type: GpuType) -> GpuType:
-    gpu_type.full_clean()
-    gpu_type.save()
-    return gpu_type
+@transaction.atomic
+def model_delete(*, instance: Model, actor, reason: str = "") -> None:
+    audit_delete(actor=actor, instance=instance, reason=reason)
+    instance.delete()
+
+
+@transaction.atomic
+def gpu_type_save(*, instance: GpuType, actor, reason: str = "") -> GpuType:
+    before = _before(instance)
+    instance.full_clean()
+    instance.save()
+    audit_save(actor=actor, instance=instance, before=before, reason=reason)
+    return instance
+
+
+@transaction.atomic
+def gpu_type_delete(*, instance: GpuType, actor, reason: str = "") -> None:
+    audit_delete(actor=actor, instance=instance, reason=reason)
+    instance.delete()

@@ -132,8 +132,11 @@ class _FormView(PlatformAdminRequiredMixin, View):
             return HttpResponseClientRedirect(saved.get_absolute_url())
         return redirect(saved.get_absolute_url())
 
+    save_service = None
+
     def save(self, form, request):
-        return form.save()
+        # The ModelForm validated and filled form.instance; the service writes it and audits it.
+        return type(self).save_service(instance=form.instance, actor=request.user)
 
 
 class VersionCreateView(_FormView):
@@ -141,22 +144,21 @@ class VersionCreateView(_FormView):
     model = ModelVersion
     title = "New model version"
 
-    def save(self, form, request):
-        if form.instance.pk:
-            return form.save()
-        return services.model_version_create(actor=request.user, **form.cleaned_data)
+    save_service = services.model_version_save
 
 
 class ModelFormView(_FormView):
     form_class = ModelForm
     model = Model
     title = "New model"
+    save_service = services.model_save
 
 
 class GpuTypeFormView(_FormView):
     form_class = GpuTypeForm
     model = GpuType
     title = "New GPU type"
+    save_service = services.gpu_type_save
 
 
 class ModelListView(PlatformUserRequiredMixin, View):

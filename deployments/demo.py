@@ -63,7 +63,7 @@ def seed_demo(*, users: dict, tenants: dict) -> None:
         route = ModelRoute.objects.filter(public_name=spec["route"]).first()
         if route is None:
             route = services.model_route_save(
-                route=ModelRoute(public_name=spec["route"], description=spec["description"])
+                route=ModelRoute(public_name=spec["route"], description=spec["description"]), actor=admin
             )
         if not route.targets.exists():
-            services.route_target_set(route=route, deployment=deployment, weight=100)
+            services.route_target_set(route=route, deployment=deployment, weight=100, actor=admin)

@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from audit.services import audit_delete, audit_record, audit_save, snapshot
 from deployments.compiler import effective_kv_cache_dtype, effective_precision
 from deployments.constants import DesiredState, EngineKind, EventKind, ScalingMode
 from deployments.models import Deployment, DeploymentEvent, ModelRoute, RouteTarget
@@ -177,7 +178,7 @@ def _event(deployment: Deployment, kind: str, actor, message: str = "", before=N
     DeploymentEvent.objects.create(
         deployment=deployment,
         kind=kind,
-        actor=actor if actor is not None and actor.is_authenticated else None,
+        actor=actor if getattr(actor, "is_authenticated", False) else None,
         message=message,
         before=before or {},
         after=after or {},
@@ -186,6 +187,14 @@ def _event(deployment: Deployment, kind: str, actor, message: str = "", before=N
 
 def _changed(deployment: Deployment, kind: str, actor, message: str = "", before=None, after=None) -> None:
     _event(deployment, kind, actor, message, before, after)
+    audit_record(
+        actor=actor,
+        action=f"deployment.{kind}",
+        target=deployment,
+        before=before,
+        after=after,
+        reason=message,
+    )
     reconcile_on_commit(trigger=kind)
     routes_section_publish_on_commit()
 
@@ -199,7 +208,7 @@ def deployment_create(*, actor, **fields) -> tuple[Deployment, Preflight]:
     unknown = set(fields) - set(CREATE_FIELDS)
     if unknown:
         raise TypeError(f"unknown deployment fields: {sorted(unknown)}")
-    deployment = Deployment(created_by=actor if actor and actor.is_authenticated else None, **fields)
+    deployment = Deployment(created_by=actor if getattr(actor, "is_authenticated", False) else None, **fields)
     if not deployment.served_model_name and deployment.model_version_id:
         deployment.served_model_name = deployment.model_version.model.name
     deployment.full_clean(validate_constraints=True)
@@ -314,35 +323,45 @@ def deployment_delete(*, deployment: Deployment, actor) -> Deployment:
 
 
 @transaction.atomic
-def model_route_save(*, route: ModelRoute) -> ModelRoute:
+def model_route_save(*, route: ModelRoute, actor, reason: str = "") -> ModelRoute:
     """Create or update a route (public model name) and republish the gateway snapshot."""
+    stored = ModelRoute.objects.filter(pk=route.pk).first() if route.pk else None
+    before = snapshot(stored) if stored is not None else None
     route.full_clean()
     route.save()
+    audit_save(actor=actor, instance=route, before=before, reason=reason)
     routes_section_publish_on_commit()
     return route
 
 
 @transaction.atomic
-def model_route_delete(*, route: ModelRoute) -> None:
+def model_route_delete(*, route: ModelRoute, actor, reason: str = "") -> None:
+    audit_delete(actor=actor, instance=route, reason=reason)
     route.delete()
     routes_section_publish_on_commit()
 
 
 @transaction.atomic
-def route_target_set(*, route: ModelRoute, deployment: Deployment, weight: int) -> RouteTarget:
+def route_target_set(
+    *, route: ModelRoute, deployment: Deployment, weight: int, actor, reason: str = ""
+) -> RouteTarget:
     """Add a deployment to a route, or change its weight (0 keeps it but sends it nothing)."""
     if deployment.is_deleted:
         raise ValidationError({"deployment": "This deployment was deleted."})
     if weight < 0:
         raise ValidationError({"weight": "Weights are 0 or more."})
+    stored = RouteTarget.objects.filter(route=route, deployment=deployment).first()
+    before = snapshot(stored) if stored is not None else None
     target, _ = RouteTarget.objects.update_or_create(
         route=route, deployment=deployment, defaults={"weight": weight}
     )
+    audit_save(actor=actor, instance=target, before=before, reason=reason)
     routes_section_publish_on_commit()
     return target
 
 
 @transaction.atomic
-def route_target_delete(*, target: RouteTarget) -> None:
+def route_target_delete(*, target: RouteTarget, actor, reason: str = "") -> None:
+    audit_delete(actor=actor, instance=target, reason=reason)
     target.delete()
     routes_section_publish_on_commit()

@@ -230,7 +230,7 @@ class RouteFormView(PlatformAdminRequiredMixin, View):
         form = ModelRouteForm(request.POST, instance=route)
         if not form.is_valid():
             return render(request, "deployments/modelroute_form.html", {"form": form, "route": route})
-        saved = services.model_route_save(route=form.save(commit=False))
+        saved = services.model_route_save(route=form.save(commit=False), actor=request.user)
         messages.success(request, f"Saved route {saved}.")
         return redirect(saved.get_absolute_url())
 
@@ -238,7 +238,7 @@ class RouteFormView(PlatformAdminRequiredMixin, View):
 class RouteDeleteView(PlatformAdminRequiredMixin, View):
     def post(self, request, pk: int):
         route = get_object_or_404(ModelRoute, pk=pk)
-        services.model_route_delete(route=route)
+        services.model_route_delete(route=route, actor=request.user)
         messages.success(request, f"Deleted route {route.public_name}.")
         return redirect("deployments:route_list")
 
@@ -253,6 +253,7 @@ class RouteTargetSetView(PlatformAdminRequiredMixin, View):
                     route=route,
                     deployment=form.cleaned_data["deployment"],
                     weight=form.cleaned_data["weight"],
+                    actor=request.user,
                 )
                 messages.success(request, "Saved the target.")
             except ValidationError as exc:
@@ -265,6 +266,6 @@ class RouteTargetSetView(PlatformAdminRequiredMixin, View):
 class RouteTargetDeleteView(PlatformAdminRequiredMixin, View):
     def post(self, request, pk: int, target_pk: int):
         target = get_object_or_404(RouteTarget, pk=target_pk, route_id=pk)
-        services.route_target_delete(target=target)
+        services.route_target_delete(target=target, actor=request.user)
         messages.success(request, "Removed the target.")
         return redirect(target.route.get_absolute_url())

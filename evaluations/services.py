@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 
+from audit.services import audit_record
 from engines.workload import Workload
 from evaluations.constants import (
     ACTIVE_STATUSES,
@@ -246,6 +247,13 @@ def benchmark_run_create(
         created_by=actor if getattr(actor, "pk", None) else None,
         progress_message="queued",
     )
+    audit_record(
+        actor=actor,
+        action="benchmark_run.create",
+        target=run,
+        after={"kind": kind, "mode": mode, "target_kind": target_kind, "deployment": run.deployment_id,
+               "base_url": base_url, "workload": run.workload, "sla": run.sla},
+    )  # fmt: skip
     if enqueue:
         transaction.on_commit(lambda: _enqueue(run.pk))
     return run
@@ -266,6 +274,7 @@ def _enqueue(run_id: int) -> None:
 # --- cancel -----------------------------------------------------------------------------------
 
 
+@transaction.atomic
 def benchmark_run_cancel(*, run: BenchmarkRun, actor) -> bool:
     """Queued or running → cancelled. A running harness notices within a second and stops."""
     changed = BenchmarkRun.objects.filter(pk=run.pk, status__in=ACTIVE_STATUSES).update(
@@ -274,6 +283,8 @@ def benchmark_run_cancel(*, run: BenchmarkRun, actor) -> bool:
         progress_message=f"cancelled by {getattr(actor, 'username', 'system')}",
     )
     run.refresh_from_db()
+    if changed:
+        audit_record(actor=actor, action="benchmark_run.cancel", target=run, after={"status": run.status})
     return bool(changed)
 
 

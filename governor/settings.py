@@ -128,6 +128,7 @@ REST_FRAMEWORK = {
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "governor.api.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Governor API",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
-from rest_framework import generics, status, viewsets
+from rest_framework import generics, status
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.exceptions import ValidationError as DrfValidationError
 from rest_framework.permissions import SAFE_METHODS, BasePermission
@@ -35,6 +35,7 @@ from billing.selectors.tenancy import (
     tenants_readable_by,
 )
 from billing.selectors.usage import usage_events
+from billing.services import tenancy
 from billing.services.budgets import budget_delete, budget_set
 from billing.services.keys import api_key_create, api_key_revoke, tenant_limits_set
 from billing.services.prices import price_set
@@ -47,11 +48,14 @@ from governor.access import (
     reads_everything,
     tenant_ids,
 )
+from governor.api import ServiceModelViewSet
 
 
-class TenantViewSet(viewsets.ModelViewSet):
+class TenantViewSet(ServiceModelViewSet):
     """Tenants: members read their own, admins and auditors read all, admins write."""
 
+    save_service = tenancy.tenant_save
+    delete_service = tenancy.tenant_delete
     serializer_class = TenantSerializer
     permission_classes = [PlatformAdminOrReadOnly]
     lookup_field = "slug"
@@ -64,7 +68,9 @@ class TenantViewSet(viewsets.ModelViewSet):
         return qs.filter(pk__in=tenant_ids(self.request.user))
 
 
-class MembershipViewSet(viewsets.ModelViewSet):
+class MembershipViewSet(ServiceModelViewSet):
+    save_service = tenancy.membership_save
+    delete_service = tenancy.membership_delete
     serializer_class = MembershipSerializer
     permission_classes = [PlatformAdminOrReadOnly]
     filterset_fields = ["tenant", "role"]

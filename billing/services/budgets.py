@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from audit.services import audit_delete, audit_save, snapshot
 from billing.models import (
     Budget,
     BudgetAlert,
@@ -31,13 +32,16 @@ def budget_set(
     period: str = Budget.Period.MONTHLY,
     soft_threshold_percents: list[int] | None = None,
     hard_cap_percent: int | None = 100,
-    actor=None,
+    actor,
+    reason: str = "",
 ) -> Budget:
     """Create or change a tenant's budget."""
     percents = sorted({int(p) for p in (soft_threshold_percents or [])})
     if any(p <= 0 or p > 1000 for p in percents):
         raise ValidationError({"soft_threshold_percents": "Thresholds are percentages between 1 and 1000."})
-    budget, _ = Budget.objects.get_or_create(tenant=tenant, defaults={"amount_usd": amount_usd})
+    stored = Budget.objects.filter(tenant=tenant).first()
+    before = snapshot(stored) if stored is not None else None
+    budget = stored or Budget(tenant=tenant)
     budget.amount_usd = amount_usd
     budget.period = period
     budget.soft_threshold_percents = percents
@@ -45,13 +49,18 @@ def budget_set(
     budget.updated_by = actor if getattr(actor, "pk", None) else None
     budget.full_clean()
     budget.save()
+    audit_save(actor=actor, instance=budget, before=before, tenant_id=tenant.pk, reason=reason)
     tenancy_section_publish_on_commit()
     return budget
 
 
 @transaction.atomic
-def budget_delete(*, tenant: Tenant, actor=None) -> None:
-    Budget.objects.filter(tenant=tenant).delete()
+def budget_delete(*, tenant: Tenant, actor, reason: str = "") -> None:
+    budget = Budget.objects.filter(tenant=tenant).first()
+    if budget is None:
+        return
+    audit_delete(actor=actor, instance=budget, tenant_id=tenant.pk, reason=reason)
+    budget.delete()
     tenancy_section_publish_on_commit()
 
 

@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from audit.services import audit_record, audit_save, fields_of, snapshot
 from billing.models import (
     ApiKey,
     Tenant,
@@ -22,6 +23,10 @@ log = logging.getLogger(__name__)
 
 
 KEY_PREFIX = "gk-"
+
+
+# What the trail keeps of a key: never its hash (the hash is what the gateway matches a secret to).
+KEY_AUDIT_FIELDS = ("name", "prefix", "tenant", "allowed_models", "rpm_limit", "tpm_limit", "expires_at")
 
 
 def hash_api_key(secret: str) -> str:
@@ -57,6 +62,13 @@ def api_key_create(
     )
     key.full_clean()
     key.save()
+    audit_record(
+        actor=actor,
+        action="apikey.create",
+        target=key,
+        tenant_id=tenant.pk,
+        after=fields_of(key, KEY_AUDIT_FIELDS),
+    )
     tenancy_section_publish_on_commit()
     return key, secret
 
@@ -69,6 +81,14 @@ def api_key_revoke(*, api_key: ApiKey, actor) -> ApiKey:
     )
     api_key.refresh_from_db()
     if updated:
+        audit_record(
+            actor=actor,
+            action="apikey.revoke",
+            target=api_key,
+            tenant_id=api_key.tenant_id,
+            before={"revoked_at": None},
+            after={"revoked_at": api_key.revoked_at},
+        )
         tenancy_section_publish_on_commit()
     return api_key
 
@@ -81,9 +101,12 @@ def tenant_limits_set(
     tpm_limit: int,
     max_input_tokens: int,
     max_output_tokens: int,
-    actor=None,
+    actor,
+    reason: str = "",
 ) -> TenantLimits:
     """Set a tenant's rate limits and admission caps (0 = none)."""
+    stored = TenantLimits.objects.filter(tenant=tenant).first()
+    before = snapshot(stored) if stored is not None else None
     limits, _ = TenantLimits.objects.update_or_create(
         tenant=tenant,
         defaults={
@@ -93,5 +116,6 @@ def tenant_limits_set(
             "max_output_tokens": max_output_tokens,
         },
     )
+    audit_save(actor=actor, instance=limits, before=before, tenant_id=tenant.pk, reason=reason)
     tenancy_section_publish_on_commit()
     return limits

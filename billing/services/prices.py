@@ -9,6 +9,7 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
+from audit.services import audit_save
 from billing.models import (
     Price,
 )
@@ -40,5 +41,6 @@ def price_set(
     )
     price.full_clean()
     price.save()
+    audit_save(actor=actor, instance=price, before=None, action="price.publish", reason=note)
     tenancy_section_publish_on_commit()
     return price

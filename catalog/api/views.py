@@ -1,6 +1,6 @@
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, viewsets
+from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
@@ -14,32 +14,34 @@ from catalog.api.serializers import (
 )
 from catalog.models import GpuType, Model, ModelVersion
 from governor.access import PlatformAdminOrReadOnly
+from governor.api import ServiceModelViewSet
 
 
-class GpuTypeViewSet(viewsets.ModelViewSet):
+class GpuTypeViewSet(ServiceModelViewSet):
+    save_service = services.gpu_type_save
+    delete_service = services.gpu_type_delete
     queryset = GpuType.objects.order_by("name")
     serializer_class = GpuTypeSerializer
     permission_classes = [PlatformAdminOrReadOnly]
     filterset_fields = ["name", "interconnect"]
 
 
-class ModelViewSet(viewsets.ModelViewSet):
+class ModelViewSet(ServiceModelViewSet):
+    save_service = services.model_save
+    delete_service = services.model_delete
     queryset = Model.objects.order_by("family", "name")
     serializer_class = ModelSerializer
     permission_classes = [PlatformAdminOrReadOnly]
     filterset_fields = ["family", "name"]
 
 
-class ModelVersionViewSet(viewsets.ModelViewSet):
+class ModelVersionViewSet(ServiceModelViewSet):
+    save_service = services.model_version_save
+    delete_service = services.model_version_delete
     queryset = ModelVersion.objects.select_related("model", "created_by").order_by("model__name", "label")
     serializer_class = ModelVersionSerializer
     permission_classes = [PlatformAdminOrReadOnly]
     filterset_fields = ["model", "precision", "framework", "lifecycle", "model__family"]
-
-    def perform_create(self, serializer):
-        serializer.instance = services.model_version_create(
-            actor=self.request.user, **serializer.validated_data
-        )
 
     @extend_schema(request=LifecycleSerializer, responses=ModelVersionSerializer)
     @action(detail=True, methods=["post"])

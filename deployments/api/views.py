@@ -107,16 +107,18 @@ class ModelRouteViewSet(viewsets.ModelViewSet):
     permission_classes = [ReadsEverythingOrAdmin]
 
     def perform_create(self, serializer):
-        serializer.instance = services.model_route_save(route=ModelRoute(**serializer.validated_data))
+        serializer.instance = services.model_route_save(
+            route=ModelRoute(**serializer.validated_data), actor=self.request.user
+        )
 
     def perform_update(self, serializer):
         route = serializer.instance
         for key, value in serializer.validated_data.items():
             setattr(route, key, value)
-        serializer.instance = services.model_route_save(route=route)
+        serializer.instance = services.model_route_save(route=route, actor=self.request.user)
 
     def perform_destroy(self, instance):
-        services.model_route_delete(route=instance)
+        services.model_route_delete(route=instance, actor=self.request.user)
 
 
 class RouteTargetViewSet(viewsets.ModelViewSet):
@@ -131,7 +133,9 @@ class RouteTargetViewSet(viewsets.ModelViewSet):
 
     def _set(self, serializer, route, deployment, weight):
         try:
-            serializer.instance = services.route_target_set(route=route, deployment=deployment, weight=weight)
+            serializer.instance = services.route_target_set(
+                route=route, deployment=deployment, weight=weight, actor=self.request.user
+            )
         except DjangoValidationError as exc:
             raise _drf_error(exc) from exc
 
@@ -149,7 +153,7 @@ class RouteTargetViewSet(viewsets.ModelViewSet):
         self._set(serializer, t.route, t.deployment, data.get("weight", t.weight))
 
     def perform_destroy(self, instance):
-        services.route_target_delete(target=instance)
+        services.route_target_delete(target=instance, actor=self.request.user)
 
     def get_serializer(self, *args, **kwargs):
         serializer = super().get_serializer(*args, **kwargs)

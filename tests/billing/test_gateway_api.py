@@ -137,7 +137,7 @@ def test_price_create_rejects_negative(admin_client):
     ],
 )
 def test_budget_and_limits_by_role(role, get_status, put_status, role_clients, tenant):
-    budget_set(tenant=tenant, amount_usd=5)
+    budget_set(actor="system:test", tenant=tenant, amount_usd=5)
     c = role_clients[role]
 
     def ok(r, s):
@@ -184,7 +184,7 @@ def test_usage_api_is_tenant_scoped_and_filterable(role_clients, tenant, other_t
     "role,status", [("admin", 204), ("auditor", 403), ("member", 403), ("outsider", 403), ("anon", DENIED)]
 )
 def test_budget_delete_by_role(role, status, role_clients, tenant):
-    budget_set(tenant=tenant, amount_usd=5)
+    budget_set(actor="system:test", tenant=tenant, amount_usd=5)
     r = role_clients[role].delete(reverse("api-budget-detail", args=[tenant.slug]))
     assert r.status_code in (status if isinstance(status, tuple) else (status,))
     assert Budget.objects.filter(tenant=tenant).exists() == (role != "admin")

@@ -140,7 +140,7 @@ def test_usage_page_is_tenant_scoped_filterable_and_exports_csv(
 
 
 def test_usage_page_shows_budget_left(member_client, tenant):
-    budget_set(tenant=tenant, amount_usd=Decimal("10"), soft_threshold_percents=[50])
+    budget_set(actor="system:test", tenant=tenant, amount_usd=Decimal("10"), soft_threshold_percents=[50])
     make_event(tenant, cost=2_500_000_000)
     r = member_client.get(reverse("billing:usage"))
     b = r.context["budgets"][0]

@@ -57,7 +57,12 @@ def test_key_rpm_limit_answers_429_with_retry_after_and_ratelimit_headers(env):
 
 def test_tenant_token_limit_is_shared_by_its_keys(env):
     tenant_limits_set(
-        tenant=env["tenant"], rpm_limit=0, tpm_limit=200, max_input_tokens=0, max_output_tokens=0
+        actor="system:test",
+        tenant=env["tenant"],
+        rpm_limit=0,
+        tpm_limit=200,
+        max_input_tokens=0,
+        max_output_tokens=0,
     )
     _, s1 = api_key_create(tenant=env["tenant"], name="k1", actor=env["admin"])
     _, s2 = api_key_create(tenant=env["tenant"], name="k2", actor=env["admin"])
@@ -70,7 +75,12 @@ def test_tenant_token_limit_is_shared_by_its_keys(env):
 
 def test_admission_caps_reject_with_400(env):
     tenant_limits_set(
-        tenant=env["tenant"], rpm_limit=0, tpm_limit=0, max_input_tokens=20, max_output_tokens=50
+        actor="system:test",
+        tenant=env["tenant"],
+        rpm_limit=0,
+        tpm_limit=0,
+        max_input_tokens=20,
+        max_output_tokens=50,
     )
     _, secret = api_key_create(tenant=env["tenant"], name="caps", actor=env["admin"])
     publish(env["gateway"], route("sim-llama", (1, "sim-a", env["engine"], 1.0)))
@@ -91,7 +101,11 @@ def test_admission_caps_reject_with_400(env):
 def test_hard_cap_rejects_with_budget_exceeded_and_soft_threshold_alerts(env):
     # Worst case of one request: ~20 prompt tokens * 100 + 16 * 300 nano$ ≈ 6.8 m$; allow ~3 of them.
     budget_set(
-        tenant=env["tenant"], amount_usd=Decimal("0.02"), soft_threshold_percents=[10], hard_cap_percent=100
+        actor="system:test",
+        tenant=env["tenant"],
+        amount_usd=Decimal("0.02"),
+        soft_threshold_percents=[10],
+        hard_cap_percent=100,
     )
     _, secret = api_key_create(tenant=env["tenant"], name="b", actor=env["admin"])
     publish(env["gateway"], route("sim-llama", (1, "sim-a", env["engine"], 1.0)))
@@ -131,7 +145,7 @@ def _burst(gateway: str, secret: str, n: int) -> list[tuple[int, str | None]]:
 def test_overspend_under_200_concurrent_requests_is_bounded_by_one_worst_case(env):
     tenant = env["tenant"]
     amount = Decimal("0.2")  # ~30 worst cases
-    budget_set(tenant=tenant, amount_usd=amount, hard_cap_percent=100)
+    budget_set(actor="system:test", tenant=tenant, amount_usd=amount, hard_cap_percent=100)
     _, secret = api_key_create(tenant=tenant, name="burst", actor=env["admin"])
     publish(env["gateway"], route("sim-llama", (1, "sim-a", env["engine"], 1.0)))
     results = _burst(env["gateway"], secret, 200)
@@ -158,7 +172,7 @@ def test_overspend_under_200_concurrent_requests_is_bounded_by_one_worst_case(en
 
 def test_budget_counters_are_rebuilt_from_postgres_when_redis_loses_them(env):
     tenant = env["tenant"]
-    budget_set(tenant=tenant, amount_usd=Decimal("0.02"), hard_cap_percent=100)
+    budget_set(actor="system:test", tenant=tenant, amount_usd=Decimal("0.02"), hard_cap_percent=100)
     _, secret = api_key_create(tenant=tenant, name="rebuild", actor=env["admin"])
     publish(env["gateway"], route("sim-llama", (1, "sim-a", env["engine"], 1.0)))
     c = _client(env["gateway"], secret)

@@ -150,7 +150,7 @@ def test_client_disconnect_releases_the_budget_hold(gateway, gw_tmp, tenant, adm
         output_per_million=Decimal("1"),
         actor=admin_user,
     )
-    budget_set(tenant=tenant, amount_usd=Decimal("10"), hard_cap_percent=100)
+    budget_set(actor="system:test", tenant=tenant, amount_usd=Decimal("10"), hard_cap_percent=100)
     _, secret = api_key_create(tenant=tenant, name="disc", actor=admin_user)
     proc, url = start_fake(gw_tmp, name="slow", tokens=200, tpot_ms=20)
     try:
