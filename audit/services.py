@@ -106,8 +106,15 @@ def audit_record(
 
 
 def snapshot(instance: models.Model) -> dict[str, Any]:
-    """Every concrete field of a row (foreign keys by id) as JSON data: the ``before`` of an update."""
-    return {f.attname: jsonable(getattr(instance, f.attname)) for f in instance._meta.concrete_fields}
+    """Every concrete field of a row (foreign keys by id) as JSON data: the ``before`` of an update.
+
+    ``auto_now`` timestamps are left out: they change on every save and say nothing of what changed.
+    """
+    return {
+        f.attname: jsonable(getattr(instance, f.attname))
+        for f in instance._meta.concrete_fields
+        if not getattr(f, "auto_now", False)
+    }
 
 
 def changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -132,7 +139,10 @@ def audit_save(
     records nothing and returns None. ``action`` defaults to ``<model>.create`` / ``<model>.update``.
     """
     noun = instance._meta.model_name
-    after = snapshot(instance)
+    # Read back what the database stored, so before and after compare in one canonical form
+    # (a form's Decimal("2.5") and the column's Decimal("2.5000") are the same value).
+    stored = type(instance)._base_manager.filter(pk=instance.pk).first()
+    after = snapshot(stored if stored is not None else instance)
     if before is None:
         b, a = {}, after
         action = action or f"{noun}.create"
