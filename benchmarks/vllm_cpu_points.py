@@ -4,7 +4,7 @@ Starts ``python -m vllm.entrypoints.openai.api_server`` on ``var/models/tiny-lla
 ``--base-url``), then for each load level runs a closed loop of ``concurrency`` clients, each sending
 streamed ``/v1/completions`` back to back: prompts of exactly ``--input-len`` token ids (distinct per
 request, so the prefix cache never hits) and exactly ``--output-len`` generated tokens
-(``ignore_eos``). Metrics follow DOMAIN.md / ``vllm bench serve``: TTFT is the first chunk carrying a
+(``ignore_eos``). Metrics follow docs/domain.md / ``vllm bench serve``: TTFT is the first chunk carrying a
 choice, TPOT ``(e2e - ttft) / (output_tokens - 1)`` with the count from the server's ``usage``,
 throughput is output tokens over the level's whole wall time.
 

@@ -1,4 +1,4 @@
-"""Memory and KV-cache capacity estimates (DOMAIN.md, "Memory").
+"""Memory and KV-cache capacity estimates (docs/domain.md, "Memory").
 
 ``capacity_tokens = (gpu_mem * tp * gpu_memory_utilization - weights - activation_reserve) / kv_bytes_per_token``,
 rounded down to whole PagedAttention blocks of ``block_size`` tokens. Tensor parallelism shards both the

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Bytes per stored weight, scales included (DOMAIN.md: bf16 = 2, fp8/int8 = 1, int4 = 0.5 plus scales).
+# Bytes per stored weight, scales included (docs/domain.md: bf16 = 2, fp8/int8 = 1, int4 = 0.5 plus scales).
 # W4A16 stores 4-bit weights with one fp16 scale per group of 128: 0.5 + 2/128 bytes per weight.
 WEIGHT_BYTES: dict[str, float] = {
     "fp32": 4.0,
@@ -66,7 +66,7 @@ class ModelSpec:
 
     @property
     def kv_bytes_per_token(self) -> float:
-        """``2 (K and V) * layers * kv_heads * head_dim * bytes_per_kv_element`` (DOMAIN.md)."""
+        """``2 (K and V) * layers * kv_heads * head_dim * bytes_per_kv_element`` (docs/domain.md)."""
         return (
             2
             * self.layers

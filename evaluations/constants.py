@@ -37,7 +37,7 @@ class Api(models.TextChoices):
     CHAT = "chat", "/v1/chat/completions"
 
 
-# Defaults of the start form and the API (DOMAIN.md's example SLA, 90% attainment target).
+# Defaults of the start form and the API (docs/domain.md's example SLA, 90% attainment target).
 DEFAULT_SLA = {"ttft_ms": 1000.0, "tpot_ms": 50.0, "e2e_ms": None}
 DEFAULT_WORKLOAD = {
     "arrival": {"kind": "poisson", "rate": 1.0},

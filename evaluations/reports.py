@@ -6,7 +6,7 @@ The stored ``results`` has one shape for every mode and kind:
 - ``curve``: per level, the figures the charts plot (sorted by level);
 - ``capacity``: the capacity goodput and how it was found (a sweep's search, or the highest level
   of a ladder/single stage that met the SLA — the report says which), with per-GPU figures;
-- ``cost``: GPU $/hour × GPUs and $ per million tokens at that goodput (DOMAIN.md formula);
+- ``cost``: GPU $/hour × GPUs and $ per million tokens at that goodput (docs/domain.md formula);
 - ``warnings``: everything the reader must see (client-bound stages, errors, missing usage).
 """
 
@@ -139,7 +139,7 @@ def _merge_errors(stage_dicts: list[dict]) -> dict:
 def _capacity(
     stage_dicts: list[dict], *, snapshot: dict, sweep: dict | None, target_attainment: float
 ) -> dict:
-    """The figure capacity and cost use: never peak throughput that breaks the SLA (DOMAIN.md)."""
+    """The figure capacity and cost use: never peak throughput that breaks the SLA (docs/domain.md)."""
     rate_stages = [d for d in stage_dicts if d.get("level_unit") == "req/s"]
     passing = [d for d in (rate_stages or stage_dicts) if d["passed"]]
     best = max(passing, key=lambda d: d["level"] or 0.0, default=None)
@@ -180,7 +180,7 @@ def _capacity(
 
 
 def _cost(capacity: dict, snapshot: dict) -> dict:
-    """DOMAIN.md: ``$ per million tokens = GPU $/hour / goodput tokens per hour * 1,000,000``."""
+    """docs/domain.md: ``$ per million tokens = GPU $/hour / goodput tokens per hour * 1,000,000``."""
     per_gpu_hour = snapshot.get("gpu_usd_per_hour")
     gpus = snapshot.get("gpus") or 0
     if per_gpu_hour is None or not gpus:

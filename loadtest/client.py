@@ -104,7 +104,7 @@ async def stream_request(
         record.output_tokens = int(usage["completion_tokens"])
         record.prompt_tokens = int(usage.get("prompt_tokens") or prompt_tokens_hint)
     else:
-        # DOMAIN.md: counts come from usage; without it we estimate one token per content chunk
+        # docs/domain.md: counts come from usage; without it we estimate one token per content chunk
         # (exact for vLLM, which streams one token per chunk) and flag the record.
         record.usage_missing = True
         record.output_tokens = len(record.chunk_s)

@@ -1,4 +1,4 @@
-"""Per-stage figures from request records, exactly as DOMAIN.md defines them (vLLM bench serve's).
+"""Per-stage figures from request records, exactly as docs/domain.md defines them (vLLM bench serve's).
 
 - TTFT: first chunk carrying a choice minus send time. ITL: every gap between consecutive content
   chunks, pooled. TPOT: ``(e2e - ttft) / (output_tokens - 1)`` when output_tokens > 1.

@@ -2,7 +2,7 @@
 
 Times are seconds relative to the stage's shared start epoch (wall clock, so records from several
 client processes on one host merge on one axis); chunk times are kept per request because ITL is
-pooled over every gap of every request (DOMAIN.md).
+pooled over every gap of every request (docs/domain.md).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.request
 
-# Series key -> vLLM metric name (DOMAIN.md "Conventions of the tools around us").
+# Series key -> vLLM metric name (docs/domain.md "Conventions of the tools around us").
 SCRAPED: dict[str, str] = {
     "running": "vllm:num_requests_running",
     "waiting": "vllm:num_requests_waiting",

@@ -168,7 +168,7 @@ def find_capacity(
 
 
 def usd_per_million_tokens(*, usd_per_hour: float, tokens_per_s: float) -> float | None:
-    """DOMAIN.md: ``$ per million tokens = GPU $/hour / goodput tokens per hour * 1,000,000``."""
+    """docs/domain.md: ``$ per million tokens = GPU $/hour / goodput tokens per hour * 1,000,000``."""
     if tokens_per_s <= 0:
         return None
     return usd_per_hour / (tokens_per_s * 3600.0) * 1_000_000

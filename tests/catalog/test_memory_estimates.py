@@ -1,4 +1,4 @@
-"""The memory estimator against hand-computed figures (DOMAIN.md formulas)."""
+"""The memory estimator against hand-computed figures (docs/domain.md formulas)."""
 
 from dataclasses import replace
 
