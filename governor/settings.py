@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "django_htmx",
+    "pgtrigger",
     "governor",
     "audit",
     "catalog",
@@ -144,6 +145,29 @@ SPECTACULAR_SETTINGS = {
         "UsageEventStatusEnum": "billing.models_gateway.UsageEvent.Status",
     },
 }
+
+# Audit: tables whose writes outside the services are caught by a database trigger (audit.raw_capture;
+# refreshed after every migrate), and who may read the trail (a dotted path to ``f(user) -> bool``).
+AUDIT_GOVERNED_TABLES = env_list(
+    "AUDIT_GOVERNED_TABLES",
+    [
+        "catalog_gputype",
+        "catalog_model",
+        "catalog_modelversion",
+        "deployments_deployment",
+        "deployments_modelroute",
+        "deployments_routetarget",
+        "billing_tenant",
+        "billing_membership",
+        "billing_apikey",
+        "billing_tenantlimits",
+        "billing_price",
+        "billing_budget",
+        "evaluations_benchmarkrun",
+    ],
+)
+AUDIT_READER_CHECK = "governor.access.reads_everything"
+AUDIT_HEAD_KEY = env_str("AUDIT_HEAD_KEY", "governor:audit:head:" + DATABASES["default"]["NAME"])
 
 # Celery: broker and result backend are both Redis.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
