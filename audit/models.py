@@ -36,8 +36,8 @@ class AuditEvent(models.Model):
     client_address = models.CharField(max_length=64, blank=True)
     # Filled once by the seal (audit.services.audit_seal), never changed after.
     chain_index = models.BigIntegerField(null=True, blank=True, unique=True, editable=False)
-    prev_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)
-    hash = models.CharField(max_length=64, null=True, blank=True, editable=False)
+    prev_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001 (NULL = unsealed)
+    hash = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001 (NULL = unsealed)
 
     class Meta:
         ordering = ["seq"]

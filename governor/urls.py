@@ -17,8 +17,10 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("catalog/", include("catalog.urls")),
     path("billing/", include("billing.urls")),
+    path("audit/", include("audit.urls")),
     path("api/catalog/", include("catalog.api.urls")),
     path("api/billing/", include("billing.api.urls")),
+    path("api/audit/", include("audit.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
