@@ -8,6 +8,7 @@ import logging
 
 import redis
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from audit.chain import Head
@@ -25,6 +26,14 @@ return 0
 """
 
 
+def head_key() -> str:
+    """``settings.AUDIT_HEAD_KEY``, or one key per database so a test database never overwrites
+    the head of the database it was cloned for."""
+    return (
+        getattr(settings, "AUDIT_HEAD_KEY", "") or f"governor:audit:head:{connection.settings_dict['NAME']}"
+    )
+
+
 def _redis() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
 
@@ -33,9 +42,7 @@ def head_publish(*, head: Head) -> None:
     """Log the head and publish it to Redis (a Redis outage is logged, never fails the seal)."""
     log.info("audit head index=%s hash=%s", head.index, head.hash)
     try:
-        _redis().eval(
-            _PUBLISH_SCRIPT, 1, settings.AUDIT_HEAD_KEY, head.index, head.hash, timezone.now().isoformat()
-        )
+        _redis().eval(_PUBLISH_SCRIPT, 1, head_key(), head.index, head.hash, timezone.now().isoformat())
     except redis.RedisError:
         log.exception("audit: could not publish the head to Redis (index=%s)", head.index)
 
@@ -43,7 +50,7 @@ def head_publish(*, head: Head) -> None:
 def published_head() -> Head | None:
     """The head last published to Redis, or None when none was (or Redis is unreachable)."""
     try:
-        raw = _redis().hgetall(settings.AUDIT_HEAD_KEY)
+        raw = _redis().hgetall(head_key())
     except redis.RedisError:
         log.exception("audit: could not read the published head")
         return None
@@ -54,4 +61,4 @@ def published_head() -> Head | None:
 
 def head_forget() -> None:
     """Drop the published head (tests that start a chain afresh; never called by the product)."""
-    _redis().delete(settings.AUDIT_HEAD_KEY)
+    _redis().delete(head_key())

@@ -167,7 +167,8 @@ AUDIT_GOVERNED_TABLES = env_list(
     ],
 )
 AUDIT_READER_CHECK = "governor.access.reads_everything"
-AUDIT_HEAD_KEY = env_str("AUDIT_HEAD_KEY", "governor:audit:head:" + DATABASES["default"]["NAME"])
+# Redis key of the published chain head; empty = one key per database name (tests get their own).
+AUDIT_HEAD_KEY = env_str("AUDIT_HEAD_KEY", "")
 
 # Celery: broker and result backend are both Redis.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
