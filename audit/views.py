@@ -72,8 +72,13 @@ class ExportView(AuditReaderRequiredMixin, View):
     def get(self, request):
         form = EventFilterForm(request.GET or None)
         if form.is_bound and not form.is_valid():
+            problems = "; ".join(
+                (f"{name}: " if name != "__all__" else "") + error["message"]
+                for name, errors in form.errors.get_json_data().items()
+                for error in errors
+            )
             return HttpResponse(
-                f"Bad filters: {form.errors.as_text()}", status=400, content_type="text/plain"
+                f"Bad filters: {problems}\n", status=400, content_type="text/plain; charset=utf-8"
             )
         filters = form.active_filters() if form.is_bound else {}
         events = events_filtered(**(form.selector_kwargs() if form.is_bound else {}))
