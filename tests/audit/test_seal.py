@@ -110,3 +110,12 @@ def test_concurrent_writers_still_give_one_gap_free_valid_chain():
     result = chain_verify(published=published_head())
     assert result.ok, result.describe()
     assert chain_head() == head
+
+
+def test_beat_task_seals_what_is_pending():
+    from audit.tasks import audit_seal_task
+
+    record_events(3)
+    assert audit_seal_task() == 2
+    assert not AuditEvent.objects.filter(hash__isnull=True).exists()
+    assert audit_seal_task.name == "audit.seal"
