@@ -73,3 +73,15 @@ def test_insert_stays_allowed_and_the_seal_update_is_accepted():
     record_events(1)
     head = audit_seal()
     assert head.index == 0 and AuditEvent.objects.get().hash == head.hash
+
+
+@pytest.mark.django_db(transaction=True)
+def test_flush_empties_the_trail_as_a_superuser_and_leaves_it_protected():
+    from django.core.management import call_command
+
+    record_events(2)
+    audit_seal()
+    call_command("flush", interactive=False, verbosity=0)
+    assert AuditEvent.objects.count() == 0
+    record_events(1)
+    assert "cannot truncate" in _refused("TRUNCATE audit_auditevent")  # the replica role did not stick
