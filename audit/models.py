@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import pgtrigger
 from django.db import models
+
+# The only UPDATE the table accepts: the seal, which fills the three NULL seal columns of an unsealed
+# row and changes nothing else. Everything else (a second seal, an edit, un-sealing) is refused.
+_SEAL_COLUMNS = "- 'chain_index' - 'prev_hash' - 'hash'"
+NOT_A_SEAL = pgtrigger.Condition(
+    "OLD.hash IS NOT NULL OR OLD.chain_index IS NOT NULL OR OLD.prev_hash IS NOT NULL"
+    " OR NEW.hash IS NULL OR NEW.chain_index IS NULL OR NEW.prev_hash IS NULL"
+    f" OR (to_jsonb(OLD) {_SEAL_COLUMNS}) IS DISTINCT FROM (to_jsonb(NEW) {_SEAL_COLUMNS})"
+)
 
 
 class AuditEvent(models.Model):
@@ -24,10 +34,40 @@ class AuditEvent(models.Model):
     evidence = models.JSONField(default=dict, blank=True)
     request_id = models.CharField(max_length=64, blank=True)
     client_address = models.CharField(max_length=64, blank=True)
+    # Filled once by the seal (audit.services.audit_seal), never changed after.
+    chain_index = models.BigIntegerField(null=True, blank=True, unique=True, editable=False)
+    prev_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001 (NULL = unsealed)
+    hash = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001 (NULL = unsealed)
 
     class Meta:
         ordering = ["seq"]
-        indexes = [models.Index(fields=["object_type", "object_id", "seq"])]
+        indexes = [
+            models.Index(fields=["object_type", "object_id", "seq"]),
+            models.Index(fields=["seq"], condition=models.Q(hash__isnull=True), name="audit_event_unsealed"),
+        ]
+        triggers = [
+            pgtrigger.Protect(name="audit_event_no_delete", operation=pgtrigger.Delete),
+            # TRUNCATE fires no row triggers: it needs its own statement-level one.
+            pgtrigger.Trigger(
+                name="audit_event_no_truncate",
+                operation=pgtrigger.Truncate,
+                level=pgtrigger.Statement,
+                when=pgtrigger.Before,
+                func="RAISE EXCEPTION 'audit trail is append-only: cannot truncate %', TG_TABLE_NAME;",
+            ),
+            pgtrigger.Trigger(
+                name="audit_event_update_only_seals",
+                operation=pgtrigger.Update,
+                when=pgtrigger.Before,
+                condition=NOT_A_SEAL,
+                func="RAISE EXCEPTION 'audit trail is append-only: only the seal may update % (seq %)',"
+                " TG_TABLE_NAME, OLD.seq;",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.actor} {self.action} {self.object_type}:{self.object_id}"
+
+    @property
+    def sealed(self) -> bool:
+        return self.hash is not None

@@ -1,19 +1,34 @@
-"""The one way to record a governed change. Every app's services call ``audit_record`` inside the
-same transaction as the write it describes, so the event and the change commit (or roll back) together.
+"""The one way to record a governed change, and the seal that chains recorded events.
+
+Every app's services call ``audit_record`` inside the same transaction as the write it describes, so
+the event and the change commit (or roll back) together. Events are inserted unsealed (no lock, no
+read of the previous event); ``audit_seal`` later gives them, in one short serialised step, their
+chain index, the previous hash and their own hash (see docs/decisions/0005-audit-hash-chain.md).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import logging
 import uuid
 from typing import Any
 
-from django.db import models
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 from audit import context
+from audit.chain import Head, event_hash
+from audit.head import head_publish
 from audit.models import AuditEvent
+from audit.raw_capture import mark_service_write
+from audit.selectors import chain_head, event_record
+
+log = logging.getLogger(__name__)
+
+# pg_advisory_xact_lock key of the seal ("audit" in ASCII): one sealer at a time, writers never wait.
+SEAL_LOCK_KEY = 0x6175646974
+SEAL_BATCH = 500
 
 SYSTEM_ACTORS = ("controller", "system", "seed", "reconciler", "gateway")
 
@@ -86,7 +101,9 @@ def audit_record(
         object_repr = object_repr or str(target)[:200]
     name, actor_id, role = _actor_fields(actor)
     ctx = context.current()
-    return AuditEvent.objects.create(
+    # The raw-write triggers of this transaction's governed rows then stay silent (recorded here).
+    mark_service_write()
+    event = AuditEvent.objects.create(
         at=timezone.now(),
         actor=name[:150],
         actor_id=actor_id,
@@ -103,6 +120,56 @@ def audit_record(
         request_id=ctx.request_id,
         client_address=ctx.client_address,
     )
+    if not any(func is audit_seal_soon for _, func, _ in connection.run_on_commit):
+        transaction.on_commit(audit_seal_soon)
+    return event
+
+
+# --- the seal ------------------------------------------------------------------------------------
+
+
+def audit_seal(*, wait: bool = True, batch: int = SEAL_BATCH) -> Head:
+    """Seal every committed unsealed event, in ``seq`` order, and publish the new head.
+
+    One sealer runs at a time (a transaction-scoped advisory lock). With ``wait=False`` a caller
+    that finds another sealer at work returns at once: that sealer, or the next beat tick, seals
+    its events. Returns the head after sealing (or the current head when it skipped).
+    """
+    sealed_any = False
+    pending: list[AuditEvent] = []
+    while True:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                if wait:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SEAL_LOCK_KEY])
+                else:
+                    cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [SEAL_LOCK_KEY])
+                    if not cursor.fetchone()[0]:
+                        break
+            head = chain_head()
+            pending = list(AuditEvent.objects.filter(hash__isnull=True).order_by("seq")[:batch])
+            for event in pending:
+                event.chain_index = head.index + 1
+                event.prev_hash = head.hash
+                event.hash = event_hash(event_record(event))
+                head = Head(index=event.chain_index, hash=event.hash)
+            if pending:
+                AuditEvent.objects.bulk_update(pending, ["chain_index", "prev_hash", "hash"])
+                sealed_any = True
+        if len(pending) < batch:
+            break
+    head = chain_head()
+    if sealed_any:
+        head_publish(head=head)
+    return head
+
+
+def audit_seal_soon() -> None:
+    """After a commit that recorded events: seal now unless another sealer already is (never blocks)."""
+    try:
+        audit_seal(wait=False)
+    except Exception:  # the beat task seals what this missed; a write must not fail after its commit
+        log.exception("audit: seal after commit failed; the periodic seal will retry")
 
 
 def snapshot(instance: models.Model) -> dict[str, Any]:

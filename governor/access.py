@@ -5,6 +5,9 @@
 - **Tenant member / tenant admin**: has a ``billing.Membership``; sees only their own tenants' data.
   Tenant admins also manage their tenant's API keys.
 A signed-in user with none of these roles is an outsider to the platform and gets 403 everywhere.
+
+Every refused write (a non-safe method answered 403 here) is recorded in the audit trail as
+``write.refused`` with the method and path, by ``refuse_write``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,36 @@ from django.contrib.auth.mixins import AccessMixin
 from django.core.exceptions import PermissionDenied
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
+from audit.services import audit_record
+
 AUDITOR_GROUP = "auditors"
+
+
+def _http_method(request) -> str:
+    # DRF's browsable API asks the permission classes about POST forms while serving a GET, on a
+    # clone of the request: the method that reached the server is the underlying HttpRequest's.
+    underlying = getattr(request, "_request", request)
+    return underlying.method
+
+
+def refuse_write(request, *, reason: str) -> None:
+    """Record a signed-in user's refused write attempt (called where the 403 is decided).
+
+    Safe methods and anonymous requests (sent to the login page) are not recorded.
+    """
+    method = _http_method(request)
+    user = getattr(request, "user", None)
+    if method in SAFE_METHODS or not (user and user.is_authenticated):
+        return
+    audit_record(
+        actor=user,
+        action="write.refused",
+        object_type="http.request",
+        object_id="",
+        object_repr=f"{method} {request.path}"[:200],
+        reason=reason,
+        evidence={"method": method, "path": request.get_full_path()[:1000]},
+    )
 
 
 def is_platform_admin(user) -> bool:
@@ -73,6 +105,7 @@ class PlatformUserRequiredMixin(AccessMixin):
         if not request.user.is_authenticated:
             return self.handle_no_permission()
         if not is_platform_user(request.user):
+            refuse_write(request, reason="You have no role on this platform.")
             raise PermissionDenied("You have no role on this platform.")
         return super().dispatch(request, *args, **kwargs)
 
@@ -84,6 +117,7 @@ class ReadsEverythingRequiredMixin(AccessMixin):
         if not request.user.is_authenticated:
             return self.handle_no_permission()
         if not reads_everything(request.user):
+            refuse_write(request, reason="Only platform admins and auditors may see this page.")
             raise PermissionDenied("Only platform admins and auditors may see this page.")
         return super().dispatch(request, *args, **kwargs)
 
@@ -95,6 +129,7 @@ class PlatformAdminRequiredMixin(AccessMixin):
         if not request.user.is_authenticated:
             return self.handle_no_permission()
         if not is_platform_admin(request.user):
+            refuse_write(request, reason="Only platform admins may do this.")
             raise PermissionDenied("Only platform admins may do this.")
         return super().dispatch(request, *args, **kwargs)
 
@@ -108,7 +143,10 @@ class IsPlatformUser(BasePermission):
     message = "You have no role on this platform."
 
     def has_permission(self, request, view) -> bool:
-        return is_platform_user(request.user)
+        allowed = is_platform_user(request.user)
+        if not allowed:
+            refuse_write(request, reason=self.message)
+        return allowed
 
 
 class PlatformAdminOrReadOnly(BasePermission):
@@ -119,7 +157,10 @@ class PlatformAdminOrReadOnly(BasePermission):
     def has_permission(self, request, view) -> bool:
         if request.method in SAFE_METHODS:
             return is_platform_user(request.user)
-        return is_platform_admin(request.user)
+        allowed = is_platform_admin(request.user)
+        if not allowed:
+            refuse_write(request, reason=self.message)
+        return allowed
 
 
 class ReadsEverythingOrAdmin(BasePermission):
@@ -130,4 +171,7 @@ class ReadsEverythingOrAdmin(BasePermission):
     def has_permission(self, request, view) -> bool:
         if request.method in SAFE_METHODS:
             return reads_everything(request.user)
-        return is_platform_admin(request.user)
+        allowed = is_platform_admin(request.user)
+        if not allowed:
+            refuse_write(request, reason=self.message)
+        return allowed

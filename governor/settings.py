@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "django_htmx",
+    "pgtrigger",
     "governor",
     "audit",
     "catalog",
@@ -145,6 +146,45 @@ SPECTACULAR_SETTINGS = {
         "UsageEventStatusEnum": "billing.models.UsageEvent.Status",
     },
 }
+
+# Audit: tables whose writes outside the services are caught by a database trigger (audit.raw_capture;
+# refreshed after every migrate), and who may read the trail (a dotted path to ``f(user) -> bool``).
+AUDIT_GOVERNED_TABLES = env_list(
+    "AUDIT_GOVERNED_TABLES",
+    [
+        "catalog_gputype",
+        "catalog_model",
+        "catalog_modelversion",
+        "deployments_deployment",
+        "deployments_modelroute",
+        "deployments_routetarget",
+        "billing_tenant",
+        "billing_membership",
+        "billing_apikey",
+        "billing_tenantlimits",
+        "billing_price",
+        "billing_budget",
+        "evaluations_benchmarkrun",
+    ],
+)
+# Columns that workers keep up to date as they observe or run things (Ray's status of a deployment,
+# a benchmark's progress): an update that changes only these is operational state, not a governed
+# change, and the raw-write trigger leaves it out of the trail. Creating, deleting or changing any
+# other column of these rows is still recorded.
+AUDIT_OPERATIONAL_COLUMNS = {
+    "deployments_deployment": [
+        "status", "status_message", "status_changed_at", "last_error", "last_error_at", "observed_at",
+        "running_replicas", "ray_app_status", "ray_deployments", "updated_at",
+    ],
+    "evaluations_benchmarkrun": [
+        "status", "progress", "progress_message", "error", "results", "series", "capacity_rps",
+        "token_goodput", "attainment", "usd_per_mtok", "client_bound", "started_at", "heartbeat_at",
+        "finished_at", "task_id",
+    ],
+}  # fmt: skip
+AUDIT_READER_CHECK = "governor.access.reads_everything"
+# Redis key of the published chain head; empty = one key per database name (tests get their own).
+AUDIT_HEAD_KEY = env_str("AUDIT_HEAD_KEY", "")
 
 # Celery: broker and result backend are both Redis.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)

@@ -1,0 +1,121 @@
+"""Events are inserted unsealed and sealed in order by one serialised step; the head is published."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from audit.chain import GENESIS_HASH
+from audit.head import published_head
+from audit.models import AuditEvent
+from audit.selectors import chain_head, chain_verify, event_record
+from audit.services import audit_record, audit_seal
+from tests.audit.conftest import record_events
+
+pytestmark = pytest.mark.django_db
+
+
+def test_recorded_event_is_unsealed_until_the_seal_chains_it_in_order():
+    record_events(3)
+    assert AuditEvent.objects.filter(hash__isnull=True).count() == 3
+    head = audit_seal()
+    events = list(AuditEvent.objects.order_by("seq"))
+    assert [e.chain_index for e in events] == [0, 1, 2]
+    assert events[0].prev_hash == GENESIS_HASH
+    assert [e.prev_hash for e in events[1:]] == [e.hash for e in events[:-1]]
+    assert head.index == 2 and head.hash == events[-1].hash
+
+
+def test_seal_publishes_the_head_and_the_chain_verifies_against_it():
+    record_events(4)
+    head = audit_seal()
+    assert published_head() == head
+    assert chain_verify(published=head).ok
+
+
+def test_seal_continues_the_chain_across_batches_and_calls():
+    record_events(7)
+    audit_seal(batch=3)
+    record_events(2)
+    head = audit_seal(batch=3)
+    assert head.index == 8
+    assert sorted(AuditEvent.objects.values_list("chain_index", flat=True)) == list(range(9))
+    assert chain_verify(published=published_head()).ok
+
+
+def test_sealed_hash_is_recomputable_from_the_stored_row():
+    record_events(1)
+    audit_seal()
+    from audit.chain import event_hash
+
+    event = AuditEvent.objects.get()
+    assert event_hash(event_record(event)) == event.hash
+    assert event_record(event)["after"] == {"n": 1, "note": "café ✓"}
+
+
+def test_published_head_never_moves_backwards():
+    from audit.chain import Head
+    from audit.head import head_publish
+
+    head_publish(head=Head(5, "a" * 64))
+    head_publish(head=Head(3, "b" * 64))
+    assert published_head() == Head(5, "a" * 64)
+
+
+def test_audit_record_seals_after_commit(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        audit_record(actor="controller", action="thing.change", object_type="tests.thing", object_id=1)
+        audit_record(actor="controller", action="thing.change", object_type="tests.thing", object_id=2)
+    assert len(callbacks) == 1  # one seal per transaction, however many events it recorded
+    assert not AuditEvent.objects.filter(hash__isnull=True).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_writers_still_give_one_gap_free_valid_chain():
+    """Several threads record events in their own transactions at once, each sealing after its
+    commit (skipping when another seals); a final seal (the beat's job) leaves one valid chain."""
+    writers, per_writer = 4, 15
+    errors: list[BaseException] = []
+    start = threading.Barrier(writers)
+
+    def write(worker: int) -> None:
+        try:
+            start.wait(timeout=30)
+            for i in range(per_writer):
+                with transaction.atomic():
+                    audit_record(
+                        actor=f"writer-{worker}",
+                        action="thing.change",
+                        object_type="tests.thing",
+                        object_id=i,
+                    )
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    head = audit_seal()
+    total = writers * per_writer
+    assert AuditEvent.objects.count() == total
+    assert head.index == total - 1
+    assert sorted(AuditEvent.objects.values_list("chain_index", flat=True)) == list(range(total))
+    result = chain_verify(published=published_head())
+    assert result.ok, result.describe()
+    assert chain_head() == head
+
+
+def test_beat_task_seals_what_is_pending():
+    from audit.tasks import audit_seal_task
+
+    record_events(3)
+    assert audit_seal_task() == 2
+    assert not AuditEvent.objects.filter(hash__isnull=True).exists()
+    assert audit_seal_task.name == "audit.seal"
