@@ -34,8 +34,16 @@ def head_key() -> str:
     )
 
 
+_clients: dict[str, redis.Redis] = {}
+
+
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    # One client (and connection pool) per URL for the process: a seal runs after every commit.
+    url = settings.REDIS_URL
+    client = _clients.get(url)
+    if client is None:
+        client = _clients[url] = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    return client
 
 
 def head_publish(*, head: Head) -> None:

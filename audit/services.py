@@ -136,7 +136,7 @@ def audit_seal(*, wait: bool = True, batch: int = SEAL_BATCH) -> Head:
     its events. Returns the head after sealing (or the current head when it skipped).
     """
     sealed_any = False
-    pending: list[AuditEvent] = []
+    head: Head | None = None
     while True:
         with transaction.atomic():
             with connection.cursor() as cursor:
@@ -145,7 +145,7 @@ def audit_seal(*, wait: bool = True, batch: int = SEAL_BATCH) -> Head:
                 else:
                     cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [SEAL_LOCK_KEY])
                     if not cursor.fetchone()[0]:
-                        break
+                        break  # another sealer is at work; it (or the next beat tick) seals ours
             head = chain_head()
             pending = list(AuditEvent.objects.filter(hash__isnull=True).order_by("seq")[:batch])
             for event in pending:
@@ -158,10 +158,9 @@ def audit_seal(*, wait: bool = True, batch: int = SEAL_BATCH) -> Head:
                 sealed_any = True
         if len(pending) < batch:
             break
-    head = chain_head()
-    if sealed_any:
+    if sealed_any and head is not None:
         head_publish(head=head)
-    return head
+    return head if head is not None else chain_head()
 
 
 def audit_seal_soon() -> None:

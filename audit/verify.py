@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from audit.chain import GENESIS_HASH, Head, VerifyResult, verify_records
@@ -38,11 +39,28 @@ def verify_export(data: Any, *, expected_head: Head | None = None) -> VerifyResu
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ExportError(f"not an audit export (expected format {FORMAT!r})")
     events = data.get("events")
-    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+    if not isinstance(events, list):
         raise ExportError("'events' must be a list of objects")
-    head = _head(data.get("head"), "'head'")
-    complete = data.get("complete") is True
-    result = verify_records(events, published=head, contiguous=complete)
+    return verify_stream(data, events, expected_head=expected_head)
+
+
+def verify_stream(header: dict, events: Iterable[Any], *, expected_head: Head | None = None) -> VerifyResult:
+    """Like ``verify_export`` with the events as any iterable (read one at a time, any file size)."""
+    if header.get("format") != FORMAT:
+        raise ExportError(f"not an audit export (expected format {FORMAT!r})")
+    head = _head(header.get("head"), "'head'")
+    complete = header.get("complete") is True
+    pinned: list[str | None] = [None]  # the hash found at the expected head's index, if any
+
+    def checked_events() -> Iterator[dict]:
+        for event in events:
+            if not isinstance(event, dict):
+                raise ExportError("every event must be a JSON object")
+            if expected_head is not None and event.get("chain_index") == expected_head.index:
+                pinned[0] = event.get("hash")
+            yield event
+
+    result = verify_records(checked_events(), published=head, contiguous=complete)
     if result.ok and complete and result.head != head:
         return VerifyResult(
             False,
@@ -51,21 +69,58 @@ def verify_export(data: Any, *, expected_head: Head | None = None) -> VerifyResu
             head.index + 1,
             f"events after the export's head index {head.index}",
         )
-    if result.ok and expected_head is not None:
+    if (
+        result.ok
+        and expected_head is not None
+        and expected_head.index >= 0
+        and pinned[0] != expected_head.hash
+    ):
         # A head obtained independently (Redis, the log, an earlier export) pins the history.
-        seen = {e.get("chain_index"): e.get("hash") for e in events}
-        if expected_head.index >= 0 and seen.get(expected_head.index) != expected_head.hash:
-            if complete and expected_head.index > head.index:
-                reason = f"export ends at {head.index}, before the expected head {expected_head.index} (tail truncated)"
-                return VerifyResult(False, result.head, result.checked, head.index + 1, reason)
-            return VerifyResult(
-                False,
-                result.head,
-                result.checked,
-                expected_head.index,
-                f"hash at index {expected_head.index} differs from the expected head {expected_head.hash}",
-            )
+        if complete and expected_head.index > head.index:
+            reason = f"export ends at {head.index}, before the expected head {expected_head.index} (tail truncated)"
+            return VerifyResult(False, result.head, result.checked, head.index + 1, reason)
+        return VerifyResult(
+            False,
+            result.head,
+            result.checked,
+            expected_head.index,
+            f"hash at index {expected_head.index} differs from the expected head {expected_head.hash}",
+        )
     return result
+
+
+_EVENTS_OPEN = ', "events": ['
+
+
+def _stream_events(lines: Iterator[str]) -> Iterator[Any]:
+    """Events of the server's layout: one per line, ``,`` at the end of all but the last, then ``]}``."""
+    closed = False
+    for raw in lines:
+        line = raw.strip()
+        if not line:
+            continue
+        if closed:
+            raise ExportError("data after the end of the events list")
+        if line == "]}":
+            closed = True
+            continue
+        yield json.loads(line[:-1] if line.endswith(",") else line)
+    if not closed:
+        raise ExportError("the events list is not closed (file cut short?)")
+
+
+def _verify_file(path: str, expected_head: Head | None) -> tuple[VerifyResult, dict]:
+    """Stream the server's one-event-per-line layout; any other JSON layout is loaded whole."""
+    with open(path, encoding="utf-8") as fh:
+        first = fh.readline().rstrip("\n")
+        if first.startswith("{") and first.endswith(_EVENTS_OPEN):
+            header = json.loads(first[: -len(_EVENTS_OPEN)] + "}")
+            if not isinstance(header, dict):
+                raise ExportError(f"not an audit export (expected format {FORMAT!r})")
+            return verify_stream(header, _stream_events(fh), expected_head=expected_head), header
+        fh.seek(0)
+        data = json.load(fh)
+        return verify_export(data, expected_head=expected_head), data
 
 
 def _parse_head(text: str) -> Head:
@@ -85,14 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--head", type=_parse_head, help="INDEX:HASH of a head obtained independently")
     args = parser.parse_args(argv)
     try:
-        with open(args.export, encoding="utf-8") as fh:
-            data = json.load(fh)
-        result = verify_export(data, expected_head=args.head)
+        result, header = _verify_file(args.export, args.head)
     except (OSError, ValueError) as exc:  # json.JSONDecodeError and ExportError are ValueErrors
         print(f"ERROR {exc}", file=sys.stderr)
         return 2
     print(result.describe())
-    if result.ok and data.get("complete") is not True:
+    if result.ok and header.get("complete") is not True:
         print("note: a filtered export proves each event's hash, not that no event is missing")
     return 0 if result.ok else 1
 

@@ -6,6 +6,8 @@ set by the project's context processor): tenant members never see the trail.
 
 from __future__ import annotations
 
+import json
+
 from django import template
 
 from audit.selectors import events_for_object
@@ -13,6 +15,12 @@ from audit.selectors import events_for_object
 register = template.Library()
 
 TIMELINE_LIMIT = 50
+
+
+@register.filter
+def audit_json(value) -> str:
+    """JSON data as indented JSON (what the hash covers), not Python's repr."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
 @register.inclusion_tag("audit/partials/timeline.html", takes_context=True)

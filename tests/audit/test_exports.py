@@ -168,3 +168,54 @@ def test_export_streams_with_constant_queries(admin_client, django_assert_max_nu
     with django_assert_max_num_queries(20):
         body = _body(admin_client.get(reverse("audit:export_json")))
     assert len(json.loads(body)["events"]) == 120
+
+
+@pytest.fixture
+def raw_export(admin_client, tmp_path):
+    """The server's bytes, one event per line: the verifier streams these instead of loading them."""
+    record_events(5)
+    path = tmp_path / "raw.json"
+    path.write_text(_body(admin_client.get(reverse("audit:export_json"))), encoding="utf-8")
+    return path
+
+
+def _run_file(path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "audit.verify", str(path), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={},
+    )
+
+
+def test_server_layout_is_streamed_and_verifies(raw_export):
+    lines = raw_export.read_text().splitlines()
+    assert lines[0].endswith('"events": [') and lines[-1] == "]}" and len(lines) == 7
+    done = _run_file(raw_export)
+    assert done.returncode == 0 and done.stdout.startswith("OK 5 events, head index=4"), (
+        done.stdout + done.stderr
+    )
+
+
+def test_streamed_file_with_an_edited_line_fails_at_that_event(raw_export):
+    lines = raw_export.read_text().splitlines()
+    lines[3] = lines[3].replace('"step 2"', '"step two"')
+    raw_export.write_text("\n".join(lines) + "\n")
+    done = _run_file(raw_export)
+    assert done.returncode == 1 and "first bad event at chain index 2" in done.stdout
+
+
+def test_streamed_file_with_a_deleted_line_fails_at_the_gap(raw_export):
+    lines = raw_export.read_text().splitlines()
+    del lines[3]
+    raw_export.write_text("\n".join(lines) + "\n")
+    done = _run_file(raw_export)
+    assert done.returncode == 1 and "first bad event at chain index 2" in done.stdout
+
+
+def test_streamed_file_cut_short_is_not_an_export(raw_export):
+    lines = raw_export.read_text().splitlines()
+    raw_export.write_text("\n".join(lines[:-1]) + "\n")
+    done = _run_file(raw_export)
+    assert done.returncode == 2 and "not closed" in done.stderr

@@ -119,3 +119,22 @@ def test_beat_task_seals_what_is_pending():
     assert audit_seal_task() == 2
     assert not AuditEvent.objects.filter(hash__isnull=True).exists()
     assert audit_seal_task.name == "audit.seal"
+
+
+def test_writers_and_the_after_commit_seal_never_wait_for_a_busy_sealer():
+    """Another process holds the seal lock: recording still works, the try-seal returns at once
+    leaving the event unsealed, and the next seal (the beat's) chains it."""
+    import psycopg
+
+    from audit.services import SEAL_LOCK_KEY
+    from tests.conftest import test_database_url
+
+    with psycopg.connect(test_database_url(), autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s)", [SEAL_LOCK_KEY])
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL lock_timeout = '5s'")  # a wait would fail the test, not hang it
+        record_events(1)
+        assert audit_seal(wait=False).index == -1
+        assert AuditEvent.objects.get().hash is None
+        other.execute("SELECT pg_advisory_unlock(%s)", [SEAL_LOCK_KEY])
+    assert audit_seal().index == 0

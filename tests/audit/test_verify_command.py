@@ -106,14 +106,16 @@ def test_truncated_tail(chain):
     assert "tail truncated" in _fails_at(3)
 
 
-def test_without_a_published_head_a_truncated_tail_goes_unnoticed_and_it_says_so(chain):
+def test_without_a_published_head_it_fails_unless_told_and_then_says_what_it_cannot_see(chain):
     from audit.head import head_forget
 
     head_forget()
     tamper("DELETE FROM audit_auditevent WHERE chain_index >= 3")
+    with pytest.raises(CommandError, match="no published head in Redis for a chain of 3 events"):
+        _verify()
     err = io.StringIO()
-    call_command("audit_verify", stdout=io.StringIO(), stderr=err)
-    assert "no published head" in err.getvalue()
+    call_command("audit_verify", "--allow-missing-head", stdout=io.StringIO(), stderr=err)
+    assert "a truncated tail cannot be detected" in err.getvalue()
 
 
 def test_passes_on_the_demo_data():
@@ -127,13 +129,14 @@ def test_passes_on_the_demo_data():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_command_exits_non_zero_on_a_broken_chain():
+def test_command_exits_non_zero_on_a_broken_chain(settings):
+    env = subprocess_env(AUDIT_HEAD_KEY=settings.AUDIT_HEAD_KEY)
     record_events(3)
     audit_seal()
     ok = subprocess.run(
         [sys.executable, "manage.py", "audit_verify"],
         cwd=ROOT,
-        env=subprocess_env(),
+        env=env,
         capture_output=True,
         text=True,
     )
@@ -145,7 +148,7 @@ def test_command_exits_non_zero_on_a_broken_chain():
     bad = subprocess.run(
         [sys.executable, "manage.py", "audit_verify"],
         cwd=ROOT,
-        env=subprocess_env(),
+        env=env,
         capture_output=True,
         text=True,
     )

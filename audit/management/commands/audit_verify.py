@@ -19,12 +19,24 @@ class Command(BaseCommand):
             action="store_true",
             help="verify only what is sealed; do not seal pending events first",
         )
+        parser.add_argument(
+            "--allow-missing-head",
+            action="store_true",
+            help="pass when no head is published (Redis lost it); a truncated tail then goes unnoticed",
+        )
 
     def handle(self, *args, **options):
         if not options["no_seal"]:
             audit_seal()
         published = published_head()
         result = chain_verify(published=published)
+        if published is None and result.checked and not options["allow_missing_head"]:
+            raise CommandError(
+                f"no published head in Redis for a chain of {result.checked} events: a truncated tail or a"
+                " rewritten chain cannot be ruled out (compare with the head in the logs or an export, then"
+                " rerun with --allow-missing-head)",
+                returncode=1,
+            )
         if published is None:
             self.stderr.write(
                 "warning: no published head found in Redis; a truncated tail cannot be detected"
