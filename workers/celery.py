@@ -14,7 +14,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governor.settings")
 
 app = Celery("governor")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["workers", "catalog", "billing", "deployments", "evaluations"])
+app.autodiscover_tasks(["workers", "audit", "catalog", "billing", "deployments", "evaluations"])
 
 # Periodic work. Entries are added by the apps that own the work (see each tasks.py docstring).
 app.conf.beat_schedule = {}
@@ -27,6 +27,10 @@ app.conf.beat_schedule["deployments-reconcile"] = {
     # A tick that waited in the queue longer than the interval is superseded by the next one.
     "options": {"expires": float(os.environ.get("RAY_RECONCILE_INTERVAL_S") or 10.0)},
 }
+
+# audit: seal events into the hash chain (each write also seals on commit; this catches the rest,
+# e.g. raw writes the database trigger recorded).
+app.conf.beat_schedule["audit-seal"] = {"task": "audit.seal", "schedule": 1.0, "options": {"expires": 1.0}}
 
 # deployments: republish the routes section of the gateway snapshot (changes also publish on commit).
 app.conf.beat_schedule["deployments-routes-publish"] = {

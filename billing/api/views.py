@@ -46,6 +46,7 @@ from governor.access import (
     can_read_tenant,
     is_platform_admin,
     reads_everything,
+    refuse_write,
     tenant_ids,
 )
 from governor.api import ServiceModelViewSet
@@ -104,6 +105,7 @@ class ApiKeyListCreate(generics.ListCreateAPIView):
         if not can_manage_tenant_keys(request.user, tenant.pk):
             if not can_read_tenant(request.user, tenant.pk):
                 raise DrfValidationError({"tenant": ["No such tenant."]})
+            refuse_write(request, reason="Only this tenant's admins and platform admins create keys.")
             raise PermissionDenied("Only this tenant's admins and platform admins create keys.")
         try:
             key, secret = api_key_create(
@@ -131,6 +133,7 @@ class ApiKeyRevoke(APIView):
         if not can_read_tenant(request.user, key.tenant_id):
             raise NotFound("No such key.")
         if not can_manage_tenant_keys(request.user, key.tenant_id):
+            refuse_write(request, reason="Only this tenant's admins and platform admins revoke keys.")
             raise PermissionDenied("Only this tenant's admins and platform admins revoke keys.")
         key = api_key_revoke(api_key=key, actor=request.user)
         return Response(ApiKeySerializer(key).data)

@@ -22,6 +22,7 @@ from governor.access import (
     can_manage_tenant_keys,
     can_read_tenant,
     reads_everything,
+    refuse_write,
     tenant_ids,
 )
 
@@ -57,6 +58,7 @@ class ApiKeyCreateView(PlatformUserRequiredMixin, View):
     def post(self, request):
         managed = managed_tenants(request)
         if not managed.exists():
+            refuse_write(request, reason="Only tenant admins and platform admins create keys.")
             raise PermissionDenied("Only tenant admins and platform admins create keys.")
         form = ApiKeyCreateForm(request.POST, tenants=managed)
         if not form.is_valid():
@@ -90,6 +92,7 @@ class ApiKeyRevokeView(PlatformUserRequiredMixin, View):
         if not can_read_tenant(request.user, key.tenant_id):
             raise Http404("No such key.")
         if not can_manage_tenant_keys(request.user, key.tenant_id):
+            refuse_write(request, reason="Only this tenant's admins and platform admins revoke keys.")
             raise PermissionDenied("Only this tenant's admins and platform admins revoke keys.")
         api_key_revoke(api_key=key, actor=request.user)
         messages.success(request, f"Key {key.prefix}… revoked; gateways refuse it within seconds.")

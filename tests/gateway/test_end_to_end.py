@@ -16,7 +16,9 @@ import openai
 import pytest
 from django.urls import reverse
 
-from tests.deployments.factories import DeploymentFactory, ModelRouteFactory, RouteTargetFactory
+from deployments.models import ModelRoute
+from deployments.services import model_route_save, route_target_set
+from tests.deployments.factories import DeploymentFactory
 from tests.gateway.conftest import start_engine
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -42,7 +44,11 @@ def test_tenant_creates_key_uses_it_hits_limits_and_sees_usage(
         # The engine answers under any route prefix, like Ray Serve's proxy at RAY_SERVE_URL.
         settings.RAY_SERVE_URL = engine_url.removesuffix("/v1")
         dep = DeploymentFactory(slug="acme-llama", status="RUNNING", served_model_name="llama-3.1-8b")
-        RouteTargetFactory(route=ModelRouteFactory(public_name="acme-chat"), deployment=dep, weight=100)
+        v = _version(gateway)
+        with django_capture_on_commit_callbacks(execute=True):
+            route = model_route_save(route=ModelRoute(public_name="acme-chat"), actor="system:test")
+            route_target_set(route=route, deployment=dep, weight=100, actor="system:test")
+        _applied(gateway, v)
 
         v = _version(gateway)
         with django_capture_on_commit_callbacks(execute=True):

@@ -253,3 +253,15 @@ def test_an_auditor_cannot_write_anywhere(auditor_client, tenant):
     assert version.lifecycle == "draft"
     assert not GpuType.objects.filter(name="Test GPU").exists() and not Price.objects.exists()
     assert Deployment.objects.count() == 0 and ModelVersion.objects.count() == 1
+
+
+def test_a_refused_write_is_recorded_with_who_tried(member_client, tenant, auditor_client, trail):
+    response = member_client.post(
+        reverse("billing:key_create"), {"tenant": tenant.pk, "name": "x", "rpm_limit": 0, "tpm_limit": 0}
+    )
+    assert response.status_code == 403 and not ApiKey.objects.exists()
+    event = trail.one("write.refused", "member")
+    assert event.object_repr == f"POST {reverse('billing:key_create')}"
+    response = auditor_client.post("/api/catalog/gpu-types/", GPU, content_type="application/json")
+    assert response.status_code == 403
+    assert trail.one("write.refused", "auditor").role == "auditor"
