@@ -97,8 +97,7 @@ def model_version_save(*, instance: ModelVersion, actor, reason: str = "") -> Mo
 
 @transaction.atomic
 def model_version_delete(*, instance: ModelVersion, actor, reason: str = "") -> None:
-    audit_delete(actor=actor, instance=instance, reason=reason)
-    instance.delete()
+    _audited_delete(instance, actor, reason)
 
 
 @transaction.atomic
@@ -132,31 +131,34 @@ def model_version_transition(*, version: ModelVersion, to: str, actor, reason: s
     return version
 
 
-@transaction.atomic
-def model_save(*, instance: Model, actor, reason: str = "") -> Model:
+def _audited_save(instance, actor, reason: str):
     before = _before(instance)
     instance.full_clean()
     instance.save()
     audit_save(actor=actor, instance=instance, before=before, reason=reason)
     return instance
+
+
+def _audited_delete(instance, actor, reason: str) -> None:
+    audit_delete(actor=actor, instance=instance, reason=reason)
+    instance.delete()
+
+
+@transaction.atomic
+def model_save(*, instance: Model, actor, reason: str = "") -> Model:
+    return _audited_save(instance, actor, reason)
 
 
 @transaction.atomic
 def model_delete(*, instance: Model, actor, reason: str = "") -> None:
-    audit_delete(actor=actor, instance=instance, reason=reason)
-    instance.delete()
+    _audited_delete(instance, actor, reason)
 
 
 @transaction.atomic
 def gpu_type_save(*, instance: GpuType, actor, reason: str = "") -> GpuType:
-    before = _before(instance)
-    instance.full_clean()
-    instance.save()
-    audit_save(actor=actor, instance=instance, before=before, reason=reason)
-    return instance
+    return _audited_save(instance, actor, reason)
 
 
 @transaction.atomic
 def gpu_type_delete(*, instance: GpuType, actor, reason: str = "") -> None:
-    audit_delete(actor=actor, instance=instance, reason=reason)
-    instance.delete()
+    _audited_delete(instance, actor, reason)

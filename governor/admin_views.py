@@ -11,27 +11,20 @@ from __future__ import annotations
 from django.contrib import admin
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class _NoWrites:
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class ReadOnlyAdmin(_NoWrites, admin.ModelAdmin):
     """Lists and shows a model; never adds, changes or deletes it."""
 
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
 
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-
-class ReadOnlyInline(admin.TabularInline):
+class ReadOnlyInline(_NoWrites, admin.TabularInline):
     extra = 0
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
