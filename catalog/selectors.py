@@ -44,3 +44,8 @@ def model_version_list(
 
 def model_families() -> list[str]:
     return list(Model.objects.order_by("family").values_list("family", flat=True).distinct())
+
+
+def model_version_get(*, pk: int) -> ModelVersion:
+    """One version with its model (other apps read lifecycle and names through this)."""
+    return ModelVersion.objects.select_related("model").get(pk=pk)

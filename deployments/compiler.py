@@ -163,6 +163,7 @@ def _simulated_args(deployment: Deployment) -> dict:
         "engine": engine_args(deployment),
         "time_scale": deployment.time_scale,
         "seed": 0,
+        **({"faults": deployment.faults} if deployment.faults else {}),
     }
 
 

@@ -333,3 +333,47 @@ def route_target_set(*, route: ModelRoute, deployment: Deployment, weight: int) 
 def route_target_delete(*, target: RouteTarget) -> None:
     target.delete()
     gateway_snapshot_publish_on_commit()
+
+
+# --- fault injection (simulated engines) --------------------------------------------------------
+
+
+@transaction.atomic
+def deployment_faults_set(*, deployment: Deployment, faults: dict, actor, reason: str = "") -> Deployment:
+    """Inject faults into a simulated deployment (or clear them with ``{}``); Ray redeploys it.
+
+    ``faults``: ``ttft_extra_ms`` (≥ 0), ``decode_slowdown`` (≥ 1), ``error_rate`` (0–1); see
+    ``engines.faults``. Only simulated engines take them: real vLLM is not ours to slow down.
+    """
+    from audit.services import audit_record
+    from engines.faults import FaultError, Faults
+
+    d = _locked(deployment)
+    if d.engine_kind != EngineKind.SIMULATED:
+        raise ValidationError({"faults": "Only simulated engines accept injected faults."})
+    try:
+        clean = Faults.from_dict(faults).as_dict()
+    except FaultError as exc:
+        raise ValidationError({"faults": str(exc)}) from None
+    if clean == (d.faults or {}):
+        return d
+    before = {"faults": d.faults}
+    d.faults = clean
+    d.save(update_fields=["faults", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="deployment.faults_set",
+        target=d,
+        before=before,
+        after={"faults": clean},
+        reason=reason,
+    )
+    _changed(
+        d,
+        EventKind.FAULTS,
+        actor,
+        "faults injected" if clean else "faults cleared",
+        before,
+        {"faults": clean},
+    )
+    return d

@@ -47,6 +47,7 @@ from functools import partial
 
 import orjson
 
+from engines import faults
 from engines.perf import Efficiency
 from engines.presets import gpu_from_dict, gpu_preset, model_from_dict, model_preset
 from engines.scheduler import RUNNING, WAITING, EngineConfig, Request, Scheduler
@@ -1195,8 +1196,10 @@ def build_engine_app(args: dict) -> OpenAIApp:
     Keys: ``model_name``; ``model`` (ModelSpec fields, or a preset name string); ``gpu`` (GpuSpec fields or
     a preset name); ``tensor_parallel``; ``engine`` (EngineConfig fields); ``efficiency`` (Efficiency
     fields, optional); ``time_scale`` (default 1); ``seed`` (unused by the engine, kept for the
-    record); ``fixed_ttft_ms`` and ``fixed_tpot_ms`` (fixed timing mode when both are set).
+    record); ``fixed_ttft_ms`` and ``fixed_tpot_ms`` (fixed timing mode when both are set);
+    ``faults`` (optional, ``engines.faults``: injected latency and errors for rollout rehearsals).
     """
+    args = faults.engine_args(args)
     model_arg = args.get("model", "llama-3.1-8b")
     model = model_preset(model_arg) if isinstance(model_arg, str) else model_from_dict(dict(model_arg))
     gpu_arg = args.get("gpu", "H100")
@@ -1221,7 +1224,7 @@ def build_engine_app(args: dict) -> OpenAIApp:
         )
     else:
         engine = LiveEngine(sched, time_scale=float(args.get("time_scale", 1.0)), metrics=metrics)
-    return OpenAIApp(model_name=model_name, engine=engine, metrics=metrics)
+    return faults.wrap(OpenAIApp(model_name=model_name, engine=engine, metrics=metrics), args)
 
 
 def _load_json_arg(value: str) -> dict:
@@ -1288,6 +1291,7 @@ def args_from_cli(argv: list[str] | None = None) -> tuple[dict, argparse.Namespa
         "seed": ns.seed,
         "fixed_ttft_ms": ns.fixed_ttft_ms,
         "fixed_tpot_ms": ns.fixed_tpot_ms,
+        "faults": spec.get("faults"),
     }
     return args, ns
 

@@ -28,6 +28,13 @@ app.conf.beat_schedule["deployments-reconcile"] = {
     "options": {"expires": float(os.environ.get("RAY_RECONCILE_INTERVAL_S") or 10.0)},
 }
 
+# deployments: the rollout controller (steps, analysis windows, aborts). Steps also run on commit.
+app.conf.beat_schedule["deployments-rollouts-tick"] = {
+    "task": "deployments.rollouts_tick",
+    "schedule": float(os.environ.get("ROLLOUT_TICK_S") or 2.0),
+    "options": {"expires": float(os.environ.get("ROLLOUT_TICK_S") or 2.0)},
+}
+
 # billing: republish the gateway snapshot (changes also publish on commit) and record budget alerts.
 app.conf.beat_schedule["billing-gateway-snapshot"] = {
     "task": "billing.gateway_snapshot_publish",
