@@ -350,7 +350,9 @@ class Rollout(models.Model):
     canary = models.ForeignKey(Deployment, on_delete=models.PROTECT, related_name="rollouts_as_canary")
     template = models.CharField(max_length=32, blank=True, help_text="The template the plan came from.")
     steps = models.JSONField(help_text="The plan: a list of set_weight / pause / analysis steps.")
-    checks = models.JSONField(help_text="The analysis checks: metric, limit, relative, min_samples.")
+    checks = models.JSONField(
+        blank=True, help_text="The analysis checks: metric, limit, relative, min_samples."
+    )
     failure_limit = models.PositiveSmallIntegerField(
         default=0, help_text="The analysis fails when more than this many checks fail."
     )

@@ -164,7 +164,7 @@ def _event(deployment: Deployment, kind: str, actor, message: str = "", before=N
     DeploymentEvent.objects.create(
         deployment=deployment,
         kind=kind,
-        actor=actor if actor is not None and actor.is_authenticated else None,
+        actor=actor if getattr(actor, "is_authenticated", False) else None,
         message=message,
         before=before or {},
         after=after or {},
