@@ -400,6 +400,10 @@ class Rollout(models.Model):
         return self.outcome == RolloutOutcome.NONE
 
     @property
+    def stable_weight(self) -> int:
+        return 100 - self.canary_weight
+
+    @property
     def current_step(self) -> dict | None:
         return self.steps[self.step_index] if self.step_index < len(self.steps) else None
 
