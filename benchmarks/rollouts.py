@@ -12,6 +12,8 @@ stable's, error rate ≤ 5 %, at least 10 requests each), then 100 %.
 
 - ``abort_s``: from the canary's first (slow) response to the gateway serving the snapshot with the
   canary at weight 0. Target ≤ window + 5 s.
+- ``usage_ship_lag_ms``: how long after a request finished its usage event was in PostgreSQL
+  (the analysis reads those rows; it waits ``SHIP_GRACE_S`` after a window closes).
 - ``bad_requests_after_abort``: requests sent after the gateway applied that snapshot that still
   reached the canary. Target 0. ``canary_requests_during_propagation`` counts those sent between
   the abort's commit and the gateway applying it.
@@ -307,6 +309,13 @@ def run(a: argparse.Namespace, work: Path) -> dict:
         during = sum(1 for sent, _, slug, _ in seen if slug == "canary" and t_decided <= sent <= t_applied)
         errors = sum(1 for *_, status in seen if status != 200)
         result = rollout.abort_evidence["results"]
+        # How late usage reaches Postgres (what the analysis reads): shipped minus finished.
+        from billing.models import UsageEvent
+
+        lags = sorted(
+            (e.received_at - e.finished_at).total_seconds() * 1000
+            for e in UsageEvent.objects.only("received_at", "finished_at")
+        )
         return {
             "abort_s": round(t_applied - first_slow, 3),
             "bad_requests_after_abort": bad_after,
@@ -317,6 +326,12 @@ def run(a: argparse.Namespace, work: Path) -> dict:
             "requests": len(seen),
             "canary_requests": len(canary_answers),
             "errors": errors,
+            "usage_ship_lag_ms": {
+                "p50": round(lags[len(lags) // 2], 1),
+                "p95": round(lags[int(len(lags) * 0.95)], 1),
+                "max": round(lags[-1], 1),
+                "events": len(lags),
+            },
             "abort_reason": rollout.message,
             "analysis": [
                 {k: x[k] for k in ("metric", "stable", "canary", "threshold", "canary_samples", "status")}

@@ -330,6 +330,18 @@ def route_target_set(*, route: ModelRoute, deployment: Deployment, weight: int) 
 
 
 @transaction.atomic
+def route_weights_set(*, route: ModelRoute, weights: dict[Deployment, int]) -> None:
+    """Set several targets' weights at once with one snapshot publish (a rollout's step moves two)."""
+    for deployment, weight in weights.items():
+        if deployment.is_deleted:
+            raise ValidationError({"deployment": f"{deployment} was deleted."})
+        if weight < 0:
+            raise ValidationError({"weight": "Weights are 0 or more."})
+        RouteTarget.objects.update_or_create(route=route, deployment=deployment, defaults={"weight": weight})
+    gateway_snapshot_publish_on_commit()
+
+
+@transaction.atomic
 def route_target_delete(*, target: RouteTarget) -> None:
     target.delete()
     gateway_snapshot_publish_on_commit()

@@ -25,7 +25,7 @@ from deployments.constants import AnalysisVerdict, RolloutOutcome, RolloutPhase
 from deployments.models import AnalysisRun, Deployment, ModelRoute, Rollout, RouteTarget
 from deployments.rollouts import analysis as A
 from deployments.rollouts.plan import PAUSE, SET_WEIGHT, PlanError, describe_step, validate_plan
-from deployments.services import route_target_set
+from deployments.services import route_weights_set
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +185,9 @@ def _lock(rollout_id: int, *, skip_locked: bool = False) -> Rollout | None:
 
 def _set_weights(rollout: Rollout, canary_pct: int) -> None:
     """Canary gets ``canary_pct`` of the route, stable the rest; the gateway follows on commit."""
-    route_target_set(route=rollout.route, deployment=rollout.canary, weight=canary_pct)
-    route_target_set(route=rollout.route, deployment=rollout.stable, weight=100 - canary_pct)
+    route_weights_set(
+        route=rollout.route, weights={rollout.canary: canary_pct, rollout.stable: 100 - canary_pct}
+    )
     rollout.canary_weight = canary_pct
 
 
