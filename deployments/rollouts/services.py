@@ -184,10 +184,12 @@ def _lock(rollout_id: int, *, skip_locked: bool = False) -> Rollout | None:
 
 
 def _set_weights(rollout: Rollout, canary_pct: int) -> None:
-    """Canary gets ``canary_pct`` of the route, stable the rest; the gateway follows on commit."""
-    route_weights_set(
-        route=rollout.route, weights={rollout.canary: canary_pct, rollout.stable: 100 - canary_pct}
-    )
+    """Canary gets ``canary_pct`` of the route, stable the rest; the gateway follows on commit.
+
+    A deleted deployment has no target any more (deleting removes it from every route): skipped.
+    """
+    weights = {rollout.canary: canary_pct, rollout.stable: 100 - canary_pct}
+    route_weights_set(route=rollout.route, weights={d: w for d, w in weights.items() if not d.is_deleted})
     rollout.canary_weight = canary_pct
 
 
@@ -245,6 +247,10 @@ def rollout_advance(*, rollout_id: int, now: dt.datetime | None = None) -> str:
         if not rollout.is_active or rollout.phase != RolloutPhase.PROGRESSING:
             return "idle"
         now = now or timezone.now()
+        gone = [d for d in (rollout.stable, rollout.canary) if d.is_deleted]
+        if gone:
+            _abort(rollout, actor=CONTROLLER, reason=f"{gone[0]} was deleted during the rollout")
+            return "aborted"
         for _ in range(len(rollout.steps) + 1):
             step = rollout.current_step
             if step is None:
@@ -581,4 +587,11 @@ def analysis_run_execute(*, run_id: int) -> AnalysisRun:
 def rollouts_tick(*, now: dt.datetime | None = None) -> dict[int, str]:
     """The controller's beat: advance every progressing rollout once."""
     ids = list(Rollout.objects.active().filter(phase=RolloutPhase.PROGRESSING).values_list("pk", flat=True))
-    return {pk: rollout_advance(rollout_id=pk, now=now) for pk in ids}
+    out: dict[int, str] = {}
+    for pk in ids:
+        try:
+            out[pk] = rollout_advance(rollout_id=pk, now=now)
+        except Exception:  # noqa: BLE001 - one broken rollout must not stop the others; next tick retries
+            log.exception("advancing rollout %s failed", pk)
+            out[pk] = "error"
+    return out

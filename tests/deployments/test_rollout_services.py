@@ -274,6 +274,20 @@ def test_rollback_after_promotion_restores_the_previous_stable_and_versions():
     assert _actions(rollout)[-1] == "rollout.rollback"
 
 
+def test_a_deleted_canary_aborts_the_rollout_and_one_broken_rollout_does_not_stop_the_others():
+    from deployments.services import deployment_delete
+
+    first = route_with_canary()
+    second = route_with_canary()
+    r1, r2 = _start(first), _start(second)
+    deployment_delete(deployment=first.canary, actor="t")
+    results = S.rollouts_tick()
+    assert results == {r1.pk: "aborted", r2.pk: "analysing"}
+    r1.refresh_from_db()
+    assert r1.outcome == "aborted" and "was deleted" in r1.message
+    assert weights(first.route) == {first.stable.pk: 100}
+
+
 # --- faults -----------------------------------------------------------------------------------------
 
 

@@ -63,6 +63,22 @@ def test_detail_shows_plan_checks_and_admin_buttons(admin_client, auditor_client
     assert 'data-action="abort"' not in auditor_client.get(url).content.decode()
 
 
+def test_rollout_list_query_count_does_not_grow_with_rows(admin_client, django_assert_max_num_queries):
+    for i in range(6):
+        setup = route_with_canary(public_name=f"q-{i}")
+        S.rollout_create(
+            route=setup.route,
+            stable=setup.stable,
+            canary=setup.canary,
+            steps=FAST_STEPS,
+            checks=TTFT_CHECK,
+            actor="t",
+        )
+    with django_assert_max_num_queries(8):
+        response = admin_client.get(reverse("deployments:rollout_list") + "?phase=progressing")
+    assert response.status_code == 200 and response.content.decode().count("rollout-phase") == 6
+
+
 def test_route_page_lists_its_rollout_history(admin_client, rollout):
     html = admin_client.get(reverse("deployments:route_detail", args=[rollout.route_id])).content.decode()
     assert 'id="route-rollouts"' in html and rollout.get_absolute_url() in html

@@ -70,7 +70,6 @@ def test_admin_starts_a_canary_watches_it_step_forward_and_promotes_it(
             expect(page.locator("#rollout-message")).to_contain_text("waiting for an admin")
             expect(page.locator("canvas[data-metric=error_rate]")).to_be_visible()
 
-            page.reload()
             page.locator('.rollout-action[data-action="promote"] input[name=reason]').fill(
                 "canary looks good"
             )
