@@ -153,6 +153,13 @@ class ModelVersion(models.Model):
     baseline = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="derived_versions"
     )
+    # Set only when a platform admin approved the version without its gates passing; the reason
+    # is also in the audit trail, and the version page shows it in red.
+    gate_override_reason = models.TextField(blank=True)
+    gate_override_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    gate_override_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -179,3 +186,7 @@ class ModelVersion(models.Model):
 
     def to_spec(self) -> ModelSpec:
         return self.model.to_spec(precision=self.precision, kv_cache_dtype=self.kv_cache_dtype)
+
+    @property
+    def gates_overridden(self) -> bool:
+        return bool(self.gate_override_at)
