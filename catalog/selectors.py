@@ -101,7 +101,13 @@ def version_moves(*, version: ModelVersion, gate_status: dict | None = None) -> 
     """
     moves = []
     for to in sorted(LIFECYCLE_TRANSITIONS.get(version.lifecycle, set()), key=Lifecycle.values.index):
-        move = {"to": to, "label": Lifecycle(to).label, "possible": True, "blocked": "", "needs_override": False}
+        move = {
+            "to": to,
+            "label": Lifecycle(to).label,
+            "possible": True,
+            "blocked": "",
+            "needs_override": False,
+        }
         if to == GATED_LIFECYCLE and gate_status is not None and not gate_status.get("passed"):
             move.update(
                 possible=False,

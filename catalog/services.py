@@ -129,7 +129,9 @@ def model_version_transition(
     if to not in allowed:
         options = ", ".join(_label(a) for a in sorted(allowed)) or "none (this is a final state)"
         raise ValidationError(
-            {"lifecycle": f"A {_label(current)} version cannot move to {_label(to)}; allowed moves: {options}."}
+            {
+                "lifecycle": f"A {_label(current)} version cannot move to {_label(to)}; allowed moves: {options}."
+            }
         )
     gates: dict = {}
     changes: dict = {"lifecycle": to}

@@ -15,7 +15,14 @@ from typing import Any
 
 
 def _check(name: str, *, limit: Any, value: Any, unit: str, passed: bool, detail: str = "") -> dict:
-    return {"name": name, "limit": limit, "value": value, "unit": unit, "passed": bool(passed), "detail": detail}
+    return {
+        "name": name,
+        "limit": limit,
+        "value": value,
+        "unit": unit,
+        "passed": bool(passed),
+        "detail": detail,
+    }
 
 
 def _verdict(checks: list[dict]) -> str:
@@ -32,7 +39,9 @@ def category_limits(policy_quality: dict, category: str) -> dict:
     }
 
 
-def judge_quality(*, policy: dict, candidate: dict, baseline: dict, comparison: dict) -> tuple[list[dict], str]:
+def judge_quality(
+    *, policy: dict, candidate: dict, baseline: dict, comparison: dict
+) -> tuple[list[dict], str]:
     """Per category: the drop against the baseline (on its interval) and the absolute floor.
 
     ``candidate``/``baseline``: ``{category: {"mean", "low", "high", "n"}}``;
@@ -123,7 +132,10 @@ def judge_performance(
                     detail=f"{cand:.2f} req/s vs baseline {base:.2f} req/s",
                 )
             )
-    for key, metric, label in (("max_p95_ttft_ms", "ttft_ms", "p95 TTFT"), ("max_p95_tpot_ms", "tpot_ms", "p95 TPOT")):
+    for key, metric, label in (
+        ("max_p95_ttft_ms", "ttft_ms", "p95 TTFT"),
+        ("max_p95_tpot_ms", "tpot_ms", "p95 TPOT"),
+    ):
         limit = policy.get(key)
         if limit is None:
             continue

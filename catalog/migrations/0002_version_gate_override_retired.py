@@ -6,31 +6,48 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('catalog', '0001_initial'),
+        ("catalog", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='modelversion',
-            name='gate_override_at',
+            model_name="modelversion",
+            name="gate_override_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='modelversion',
-            name='gate_override_by',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="modelversion",
+            name="gate_override_by",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddField(
-            model_name='modelversion',
-            name='gate_override_reason',
+            model_name="modelversion",
+            name="gate_override_reason",
             field=models.TextField(blank=True),
         ),
         migrations.AlterField(
-            model_name='modelversion',
-            name='lifecycle',
-            field=models.CharField(choices=[('draft', 'Draft'), ('candidate', 'Candidate'), ('approved', 'Approved'), ('serving', 'Serving'), ('deprecated', 'Deprecated'), ('retired', 'Retired'), ('rejected', 'Rejected')], default='draft', max_length=12),
+            model_name="modelversion",
+            name="lifecycle",
+            field=models.CharField(
+                choices=[
+                    ("draft", "Draft"),
+                    ("candidate", "Candidate"),
+                    ("approved", "Approved"),
+                    ("serving", "Serving"),
+                    ("deprecated", "Deprecated"),
+                    ("retired", "Retired"),
+                    ("rejected", "Rejected"),
+                ],
+                default="draft",
+                max_length=12,
+            ),
         ),
     ]

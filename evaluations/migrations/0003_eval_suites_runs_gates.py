@@ -9,198 +9,578 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('catalog', '0002_version_gate_override_retired'),
-        ('deployments', '0001_initial'),
-        ('evaluations', '0002_benchmarkrun_heartbeat'),
+        ("catalog", "0002_version_gate_override_retired"),
+        ("deployments", "0001_initial"),
+        ("evaluations", "0002_benchmarkrun_heartbeat"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='EvalSuite',
+            name="EvalSuite",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=128, unique=True)),
-                ('description', models.TextField(blank=True)),
-                ('builtin', models.BooleanField(default=False, help_text="Generated from evalkit's built-in sets")),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=128, unique=True)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "builtin",
+                    models.BooleanField(default=False, help_text="Generated from evalkit's built-in sets"),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='EvalSuiteVersion',
+            name="EvalSuiteVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('content', models.TextField(help_text='JSONL, one case per line')),
-                ('case_count', models.PositiveIntegerField()),
-                ('categories', models.JSONField(default=list)),
-                ('checksum', models.CharField(max_length=64, verbose_name='SHA-256')),
-                ('note', models.CharField(blank=True, max_length=255)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('suite', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='versions', to='evaluations.evalsuite')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("number", models.PositiveIntegerField()),
+                ("content", models.TextField(help_text="JSONL, one case per line")),
+                ("case_count", models.PositiveIntegerField()),
+                ("categories", models.JSONField(default=list)),
+                ("checksum", models.CharField(max_length=64, verbose_name="SHA-256")),
+                ("note", models.CharField(blank=True, max_length=255)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "suite",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="versions",
+                        to="evaluations.evalsuite",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['suite__name', '-number'],
+                "ordering": ["suite__name", "-number"],
             },
         ),
         migrations.CreateModel(
-            name='EvalRun',
+            name="EvalRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('label', models.CharField(choices=[('measured', 'Measured'), ('simulated', 'Simulated'), ('predicted', 'Predicted')], default='measured', max_length=10)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], db_index=True, default='queued', max_length=10)),
-                ('progress', models.PositiveSmallIntegerField(default=0, validators=[django.core.validators.MaxValueValidator(100)])),
-                ('progress_message', models.CharField(blank=True, max_length=255)),
-                ('error', models.TextField(blank=True)),
-                ('base_url', models.CharField(max_length=500, verbose_name='base URL')),
-                ('model_name', models.CharField(help_text='The `model` sent in requests', max_length=128)),
-                ('seed', models.IntegerField(default=0)),
-                ('concurrency', models.PositiveSmallIntegerField(default=8)),
-                ('cases_total', models.PositiveIntegerField(default=0)),
-                ('cases_done', models.PositiveIntegerField(default=0)),
-                ('cases_failed', models.PositiveIntegerField(default=0, help_text='Requests that errored')),
-                ('scores', models.JSONField(blank=True, default=dict, help_text='Per category: mean and interval')),
-                ('snapshot', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('task_id', models.CharField(blank=True, max_length=64)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('deployment', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='eval_runs', to='deployments.deployment')),
-                ('gpu_type', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='eval_runs', to='catalog.gputype')),
-                ('model_version', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='eval_runs', to='catalog.modelversion')),
-                ('suite_version', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='runs', to='evaluations.evalsuiteversion')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "label",
+                    models.CharField(
+                        choices=[
+                            ("measured", "Measured"),
+                            ("simulated", "Simulated"),
+                            ("predicted", "Predicted"),
+                        ],
+                        default="measured",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        db_index=True,
+                        default="queued",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "progress",
+                    models.PositiveSmallIntegerField(
+                        default=0, validators=[django.core.validators.MaxValueValidator(100)]
+                    ),
+                ),
+                ("progress_message", models.CharField(blank=True, max_length=255)),
+                ("error", models.TextField(blank=True)),
+                ("base_url", models.CharField(max_length=500, verbose_name="base URL")),
+                ("model_name", models.CharField(help_text="The `model` sent in requests", max_length=128)),
+                ("seed", models.IntegerField(default=0)),
+                ("concurrency", models.PositiveSmallIntegerField(default=8)),
+                ("cases_total", models.PositiveIntegerField(default=0)),
+                ("cases_done", models.PositiveIntegerField(default=0)),
+                ("cases_failed", models.PositiveIntegerField(default=0, help_text="Requests that errored")),
+                (
+                    "scores",
+                    models.JSONField(blank=True, default=dict, help_text="Per category: mean and interval"),
+                ),
+                ("snapshot", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("task_id", models.CharField(blank=True, max_length=64)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "deployment",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="eval_runs",
+                        to="deployments.deployment",
+                    ),
+                ),
+                (
+                    "gpu_type",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="eval_runs",
+                        to="catalog.gputype",
+                    ),
+                ),
+                (
+                    "model_version",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="eval_runs",
+                        to="catalog.modelversion",
+                    ),
+                ),
+                (
+                    "suite_version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="runs",
+                        to="evaluations.evalsuiteversion",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-pk'],
+                "ordering": ["-created_at", "-pk"],
             },
         ),
         migrations.CreateModel(
-            name='GatePolicy',
+            name="GatePolicy",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('quality', models.JSONField(default=dict)),
-                ('performance', models.JSONField(default=dict)),
-                ('stability', models.JSONField(default=dict)),
-                ('reason', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('gpu_type', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='gate_policies', to='catalog.gputype')),
-                ('model', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='gate_policies', to='catalog.model')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("number", models.PositiveIntegerField()),
+                ("quality", models.JSONField(default=dict)),
+                ("performance", models.JSONField(default=dict)),
+                ("stability", models.JSONField(default=dict)),
+                ("reason", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "gpu_type",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="gate_policies",
+                        to="catalog.gputype",
+                    ),
+                ),
+                (
+                    "model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="gate_policies",
+                        to="catalog.model",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['model__name', '-number'],
+                "ordering": ["model__name", "-number"],
             },
         ),
         migrations.CreateModel(
-            name='GateRun',
+            name="GateRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('mode', models.CharField(choices=[('predicted', 'Predicted (simulator; quality on simulated/real engines)'), ('measured', 'Measured (real load on the deployments)')], default='predicted', max_length=10)),
-                ('kinds', models.JSONField(default=list)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('done', 'Done'), ('error', 'Error')], db_index=True, default='queued', max_length=8)),
-                ('progress', models.PositiveSmallIntegerField(default=0, validators=[django.core.validators.MaxValueValidator(100)])),
-                ('progress_message', models.CharField(blank=True, max_length=255)),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('task_id', models.CharField(blank=True, max_length=64)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('model_version', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='gate_runs', to='catalog.modelversion')),
-                ('policy', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='runs', to='evaluations.gatepolicy')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "mode",
+                    models.CharField(
+                        choices=[
+                            ("predicted", "Predicted (simulator; quality on simulated/real engines)"),
+                            ("measured", "Measured (real load on the deployments)"),
+                        ],
+                        default="predicted",
+                        max_length=10,
+                    ),
+                ),
+                ("kinds", models.JSONField(default=list)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("done", "Done"),
+                            ("error", "Error"),
+                        ],
+                        db_index=True,
+                        default="queued",
+                        max_length=8,
+                    ),
+                ),
+                (
+                    "progress",
+                    models.PositiveSmallIntegerField(
+                        default=0, validators=[django.core.validators.MaxValueValidator(100)]
+                    ),
+                ),
+                ("progress_message", models.CharField(blank=True, max_length=255)),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("task_id", models.CharField(blank=True, max_length=64)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "model_version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="gate_runs",
+                        to="catalog.modelversion",
+                    ),
+                ),
+                (
+                    "policy",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="runs",
+                        to="evaluations.gatepolicy",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-pk'],
+                "ordering": ["-created_at", "-pk"],
             },
         ),
         migrations.CreateModel(
-            name='GateDecision',
+            name="GateDecision",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('quality', 'Quality'), ('performance', 'Performance'), ('stability', 'Stability')], db_index=True, max_length=12)),
-                ('verdict', models.CharField(choices=[('passed', 'Passed'), ('failed', 'Failed'), ('error', 'Error')], db_index=True, max_length=8)),
-                ('label', models.CharField(choices=[('measured', 'Measured'), ('simulated', 'Simulated'), ('predicted', 'Predicted')], max_length=10)),
-                ('thresholds', models.JSONField(default=dict)),
-                ('measured', models.JSONField(default=dict)),
-                ('checks', models.JSONField(default=list, help_text='[{name, limit, value, passed, detail}]')),
-                ('summary', models.TextField(blank=True)),
-                ('decided_by', models.CharField(max_length=150)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('baseline_benchmark_run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='evaluations.benchmarkrun')),
-                ('baseline_eval_run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='evaluations.evalrun')),
-                ('baseline_version', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='catalog.modelversion')),
-                ('benchmark_run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='evaluations.benchmarkrun')),
-                ('eval_run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='evaluations.evalrun')),
-                ('gpu_type', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='catalog.gputype')),
-                ('model_version', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='gate_decisions', to='catalog.modelversion')),
-                ('policy', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='decisions', to='evaluations.gatepolicy')),
-                ('gate_run', models.ForeignKey(null=True, on_delete=django.db.models.deletion.PROTECT, related_name='decisions', to='evaluations.gaterun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("quality", "Quality"),
+                            ("performance", "Performance"),
+                            ("stability", "Stability"),
+                        ],
+                        db_index=True,
+                        max_length=12,
+                    ),
+                ),
+                (
+                    "verdict",
+                    models.CharField(
+                        choices=[("passed", "Passed"), ("failed", "Failed"), ("error", "Error")],
+                        db_index=True,
+                        max_length=8,
+                    ),
+                ),
+                (
+                    "label",
+                    models.CharField(
+                        choices=[
+                            ("measured", "Measured"),
+                            ("simulated", "Simulated"),
+                            ("predicted", "Predicted"),
+                        ],
+                        max_length=10,
+                    ),
+                ),
+                ("thresholds", models.JSONField(default=dict)),
+                ("measured", models.JSONField(default=dict)),
+                (
+                    "checks",
+                    models.JSONField(default=list, help_text="[{name, limit, value, passed, detail}]"),
+                ),
+                ("summary", models.TextField(blank=True)),
+                ("decided_by", models.CharField(max_length=150)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "baseline_benchmark_run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="evaluations.benchmarkrun",
+                    ),
+                ),
+                (
+                    "baseline_eval_run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="evaluations.evalrun",
+                    ),
+                ),
+                (
+                    "baseline_version",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="catalog.modelversion",
+                    ),
+                ),
+                (
+                    "benchmark_run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="evaluations.benchmarkrun",
+                    ),
+                ),
+                (
+                    "eval_run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="evaluations.evalrun",
+                    ),
+                ),
+                (
+                    "gpu_type",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="catalog.gputype"
+                    ),
+                ),
+                (
+                    "model_version",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="gate_decisions",
+                        to="catalog.modelversion",
+                    ),
+                ),
+                (
+                    "policy",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="decisions",
+                        to="evaluations.gatepolicy",
+                    ),
+                ),
+                (
+                    "gate_run",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="decisions",
+                        to="evaluations.gaterun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-pk'],
+                "ordering": ["-created_at", "-pk"],
             },
         ),
         migrations.CreateModel(
-            name='EvalCaseResult',
+            name="EvalCaseResult",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('case_id', models.CharField(max_length=128)),
-                ('category', models.CharField(db_index=True, max_length=64)),
-                ('prompt', models.TextField(blank=True, help_text='Truncated to 2,000 characters')),
-                ('expected', models.TextField(blank=True)),
-                ('output', models.TextField(blank=True)),
-                ('score', models.FloatField(blank=True, null=True)),
-                ('latency_ms', models.FloatField(blank=True, null=True)),
-                ('prompt_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('output_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('error', models.TextField(blank=True)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='case_results', to='evaluations.evalrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("case_id", models.CharField(max_length=128)),
+                ("category", models.CharField(db_index=True, max_length=64)),
+                ("prompt", models.TextField(blank=True, help_text="Truncated to 2,000 characters")),
+                ("expected", models.TextField(blank=True)),
+                ("output", models.TextField(blank=True)),
+                ("score", models.FloatField(blank=True, null=True)),
+                ("latency_ms", models.FloatField(blank=True, null=True)),
+                ("prompt_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("output_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("error", models.TextField(blank=True)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="case_results",
+                        to="evaluations.evalrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['run', 'pk'],
-                'constraints': [models.UniqueConstraint(fields=('run', 'case_id'), name='unique_case_per_eval_run')],
+                "ordering": ["run", "pk"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("run", "case_id"), name="unique_case_per_eval_run")
+                ],
             },
         ),
         migrations.AddConstraint(
-            model_name='evalsuiteversion',
-            constraint=models.UniqueConstraint(fields=('suite', 'number'), name='unique_suite_version_number'),
+            model_name="evalsuiteversion",
+            constraint=models.UniqueConstraint(
+                fields=("suite", "number"), name="unique_suite_version_number"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='evalsuiteversion',
-            constraint=models.UniqueConstraint(fields=('suite', 'checksum'), name='unique_suite_version_checksum'),
+            model_name="evalsuiteversion",
+            constraint=models.UniqueConstraint(
+                fields=("suite", "checksum"), name="unique_suite_version_checksum"
+            ),
         ),
         pgtrigger.migrations.AddTrigger(
-            model_name='evalsuiteversion',
-            trigger=pgtrigger.compiler.Trigger(name='append_only_delete', sql=pgtrigger.compiler.UpsertTriggerSql(func="RAISE EXCEPTION 'pgtrigger: Cannot delete rows from % table', TG_TABLE_NAME;", hash='10385b3830760e38e5469df2e734e69fefac7664', operation='DELETE', pgid='pgtrigger_append_only_delete_9658b', table='evaluations_evalsuiteversion', when='BEFORE')),
+            model_name="evalsuiteversion",
+            trigger=pgtrigger.compiler.Trigger(
+                name="append_only_delete",
+                sql=pgtrigger.compiler.UpsertTriggerSql(
+                    func="RAISE EXCEPTION 'pgtrigger: Cannot delete rows from % table', TG_TABLE_NAME;",
+                    hash="10385b3830760e38e5469df2e734e69fefac7664",
+                    operation="DELETE",
+                    pgid="pgtrigger_append_only_delete_9658b",
+                    table="evaluations_evalsuiteversion",
+                    when="BEFORE",
+                ),
+            ),
         ),
         pgtrigger.migrations.AddTrigger(
-            model_name='evalsuiteversion',
-            trigger=pgtrigger.compiler.Trigger(name='append_only_update', sql=pgtrigger.compiler.UpsertTriggerSql(condition='WHEN (OLD."case_count" IS DISTINCT FROM (NEW."case_count") OR OLD."categories" IS DISTINCT FROM (NEW."categories") OR OLD."checksum" IS DISTINCT FROM (NEW."checksum") OR OLD."content" IS DISTINCT FROM (NEW."content") OR OLD."created_at" IS DISTINCT FROM (NEW."created_at") OR OLD."id" IS DISTINCT FROM (NEW."id") OR OLD."note" IS DISTINCT FROM (NEW."note") OR OLD."number" IS DISTINCT FROM (NEW."number") OR OLD."suite_id" IS DISTINCT FROM (NEW."suite_id"))', func="RAISE EXCEPTION 'pgtrigger: Cannot update rows from % table', TG_TABLE_NAME;", hash='1aa3869b5bead9696412bdb4da30ae950e741864', operation='UPDATE', pgid='pgtrigger_append_only_update_13315', table='evaluations_evalsuiteversion', when='BEFORE')),
+            model_name="evalsuiteversion",
+            trigger=pgtrigger.compiler.Trigger(
+                name="append_only_update",
+                sql=pgtrigger.compiler.UpsertTriggerSql(
+                    condition='WHEN (OLD."case_count" IS DISTINCT FROM (NEW."case_count") OR OLD."categories" IS DISTINCT FROM (NEW."categories") OR OLD."checksum" IS DISTINCT FROM (NEW."checksum") OR OLD."content" IS DISTINCT FROM (NEW."content") OR OLD."created_at" IS DISTINCT FROM (NEW."created_at") OR OLD."id" IS DISTINCT FROM (NEW."id") OR OLD."note" IS DISTINCT FROM (NEW."note") OR OLD."number" IS DISTINCT FROM (NEW."number") OR OLD."suite_id" IS DISTINCT FROM (NEW."suite_id"))',
+                    func="RAISE EXCEPTION 'pgtrigger: Cannot update rows from % table', TG_TABLE_NAME;",
+                    hash="1aa3869b5bead9696412bdb4da30ae950e741864",
+                    operation="UPDATE",
+                    pgid="pgtrigger_append_only_update_13315",
+                    table="evaluations_evalsuiteversion",
+                    when="BEFORE",
+                ),
+            ),
         ),
         migrations.AddConstraint(
-            model_name='gatepolicy',
-            constraint=models.UniqueConstraint(fields=('model', 'number'), name='unique_policy_number'),
+            model_name="gatepolicy",
+            constraint=models.UniqueConstraint(fields=("model", "number"), name="unique_policy_number"),
         ),
         pgtrigger.migrations.AddTrigger(
-            model_name='gatepolicy',
-            trigger=pgtrigger.compiler.Trigger(name='append_only_delete', sql=pgtrigger.compiler.UpsertTriggerSql(func="RAISE EXCEPTION 'pgtrigger: Cannot delete rows from % table', TG_TABLE_NAME;", hash='c7c8953b19743440c2e4cc0e48c27869756c8fd0', operation='DELETE', pgid='pgtrigger_append_only_delete_94c0b', table='evaluations_gatepolicy', when='BEFORE')),
+            model_name="gatepolicy",
+            trigger=pgtrigger.compiler.Trigger(
+                name="append_only_delete",
+                sql=pgtrigger.compiler.UpsertTriggerSql(
+                    func="RAISE EXCEPTION 'pgtrigger: Cannot delete rows from % table', TG_TABLE_NAME;",
+                    hash="c7c8953b19743440c2e4cc0e48c27869756c8fd0",
+                    operation="DELETE",
+                    pgid="pgtrigger_append_only_delete_94c0b",
+                    table="evaluations_gatepolicy",
+                    when="BEFORE",
+                ),
+            ),
         ),
         pgtrigger.migrations.AddTrigger(
-            model_name='gatepolicy',
-            trigger=pgtrigger.compiler.Trigger(name='append_only_update', sql=pgtrigger.compiler.UpsertTriggerSql(condition='WHEN (OLD."created_at" IS DISTINCT FROM (NEW."created_at") OR OLD."gpu_type_id" IS DISTINCT FROM (NEW."gpu_type_id") OR OLD."id" IS DISTINCT FROM (NEW."id") OR OLD."model_id" IS DISTINCT FROM (NEW."model_id") OR OLD."number" IS DISTINCT FROM (NEW."number") OR OLD."performance" IS DISTINCT FROM (NEW."performance") OR OLD."quality" IS DISTINCT FROM (NEW."quality") OR OLD."reason" IS DISTINCT FROM (NEW."reason") OR OLD."stability" IS DISTINCT FROM (NEW."stability"))', func="RAISE EXCEPTION 'pgtrigger: Cannot update rows from % table', TG_TABLE_NAME;", hash='fcc994c030a528ee91b30200380dc6312f74961c', operation='UPDATE', pgid='pgtrigger_append_only_update_4bb02', table='evaluations_gatepolicy', when='BEFORE')),
+            model_name="gatepolicy",
+            trigger=pgtrigger.compiler.Trigger(
+                name="append_only_update",
+                sql=pgtrigger.compiler.UpsertTriggerSql(
+                    condition='WHEN (OLD."created_at" IS DISTINCT FROM (NEW."created_at") OR OLD."gpu_type_id" IS DISTINCT FROM (NEW."gpu_type_id") OR OLD."id" IS DISTINCT FROM (NEW."id") OR OLD."model_id" IS DISTINCT FROM (NEW."model_id") OR OLD."number" IS DISTINCT FROM (NEW."number") OR OLD."performance" IS DISTINCT FROM (NEW."performance") OR OLD."quality" IS DISTINCT FROM (NEW."quality") OR OLD."reason" IS DISTINCT FROM (NEW."reason") OR OLD."stability" IS DISTINCT FROM (NEW."stability"))',
+                    func="RAISE EXCEPTION 'pgtrigger: Cannot update rows from % table', TG_TABLE_NAME;",
+                    hash="fcc994c030a528ee91b30200380dc6312f74961c",
+                    operation="UPDATE",
+                    pgid="pgtrigger_append_only_update_4bb02",
+                    table="evaluations_gatepolicy",
+                    when="BEFORE",
+                ),
+            ),
         ),
         pgtrigger.migrations.AddTrigger(
-            model_name='gatedecision',
-            trigger=pgtrigger.compiler.Trigger(name='append_only', sql=pgtrigger.compiler.UpsertTriggerSql(func="RAISE EXCEPTION 'pgtrigger: Cannot update or delete rows from % table', TG_TABLE_NAME;", hash='533c6aa29fbec0bf7d98890d15251a7e42f9a9d4', operation='UPDATE OR DELETE', pgid='pgtrigger_append_only_23503', table='evaluations_gatedecision', when='BEFORE')),
+            model_name="gatedecision",
+            trigger=pgtrigger.compiler.Trigger(
+                name="append_only",
+                sql=pgtrigger.compiler.UpsertTriggerSql(
+                    func="RAISE EXCEPTION 'pgtrigger: Cannot update or delete rows from % table', TG_TABLE_NAME;",
+                    hash="533c6aa29fbec0bf7d98890d15251a7e42f9a9d4",
+                    operation="UPDATE OR DELETE",
+                    pgid="pgtrigger_append_only_23503",
+                    table="evaluations_gatedecision",
+                    when="BEFORE",
+                ),
+            ),
         ),
     ]
