@@ -71,6 +71,8 @@ class ModelVersionForm(BootstrapMixin, forms.ModelForm):
 
 class LifecycleForm(BootstrapMixin, forms.Form):
     to = forms.ChoiceField(choices=Lifecycle.choices, label="Move to")
+    reason = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+    override = forms.BooleanField(required=False, label="Override the eval gates")
 
 
 class VersionFilterForm(BootstrapMixin, forms.Form):

@@ -134,7 +134,9 @@ def _clean_quality(cfg: dict, errors: dict) -> dict:
             errors["quality.suite"] = "A required quality gate needs an eval suite."
         elif not EvalSuite.objects.filter(name=out["suite"]).exists():
             errors["quality.suite"] = f"No eval suite named {out['suite']!r}."
-        no_drop = out["default"]["max_drop"] is None and not any(c["max_drop"] is not None for c in cats.values())
+        no_drop = out["default"]["max_drop"] is None and not any(
+            c["max_drop"] is not None for c in cats.values()
+        )
         if no_drop and "quality.default.max_drop" not in errors:
             errors["quality.default.max_drop"] = "A required quality gate needs a maximum allowed drop."
     return out

@@ -48,7 +48,9 @@ def test_policy_validation_names_the_bad_field_and_saves_nothing(
     assert not GatePolicy.objects.exists()
 
 
-def test_a_required_gate_on_a_gpu_type_without_deployment_is_refused(candidate, deployments, suite, admin_user):
+def test_a_required_gate_on_a_gpu_type_without_deployment_is_refused(
+    candidate, deployments, suite, admin_user
+):
     l40s = GpuTypeFactory(name="L40S")
     with pytest.raises(ValidationError) as err:
         gate_policy_save(model=candidate.model, gpu_type=l40s, actor=admin_user, **policy_body())
@@ -61,7 +63,9 @@ def test_each_policy_save_is_a_new_audited_version(policy, candidate, gpu, admin
 
     body = policy_body()
     body["stability"]["max_preemptions"] = 5
-    second = gate_policy_save(model=candidate.model, gpu_type=gpu, actor=admin_user, reason="tolerate some", **body)
+    second = gate_policy_save(
+        model=candidate.model, gpu_type=gpu, actor=admin_user, reason="tolerate some", **body
+    )
     assert (policy.number, second.number) == (1, 2)
     events = AuditEvent.objects.filter(action="gate_policy.save").order_by("seq")
     assert events.count() == 2
@@ -78,7 +82,9 @@ def test_suite_upload_names_the_bad_line_and_saves_nothing(admin_user):
     assert not EvalSuiteVersion.objects.exists()
 
 
-def test_predicted_gates_decide_every_gate_with_evidence(settings, policy, candidate, deployments, admin_user):
+def test_predicted_gates_decide_every_gate_with_evidence(
+    settings, policy, candidate, deployments, admin_user
+):
     with engines_fixed_server(5, 1) as url:
         settings.RAY_SERVE_URL = url.removesuffix("/v1")
         run = gate_run_start(version=candidate, actor=admin_user, enqueue=False)
@@ -88,7 +94,10 @@ def test_predicted_gates_decide_every_gate_with_evidence(settings, policy, candi
     assert set(decisions) == {"quality", "performance", "stability"}
     q = decisions["quality"]
     assert q.label == "simulated" and q.eval_run and q.baseline_eval_run
-    assert q.eval_run.case_results.count() == 12 and q.baseline_version_id == deployments["baseline"].model_version_id
+    assert (
+        q.eval_run.case_results.count() == 12
+        and q.baseline_version_id == deployments["baseline"].model_version_id
+    )
     p = decisions["performance"]
     assert p.label == "predicted" and p.benchmark_run.kind == "predicted" and p.baseline_benchmark_run
     assert p.measured["capacity_rps"] == p.benchmark_run.capacity_rps
@@ -101,7 +110,9 @@ def test_predicted_gates_decide_every_gate_with_evidence(settings, policy, candi
     assert status["passed"] == all(d.verdict == "passed" for d in decisions.values())
 
 
-def test_a_gate_whose_deployment_is_down_ends_in_error_never_passed(settings, policy, candidate, deployments, admin_user):
+def test_a_gate_whose_deployment_is_down_ends_in_error_never_passed(
+    settings, policy, candidate, deployments, admin_user
+):
     from tests.support.servers import free_port
 
     settings.RAY_SERVE_URL = f"http://127.0.0.1:{free_port()}"  # nothing listens: every request fails

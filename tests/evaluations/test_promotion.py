@@ -70,7 +70,9 @@ def test_decisions_under_an_older_policy_do_not_count(policy, candidate, admin_u
 
 def test_override_needs_a_platform_admin_and_a_written_reason(policy, candidate, admin_user, auditor_user):
     with pytest.raises(ValidationError, match="reason"):
-        model_version_transition(version=candidate, to="approved", actor=admin_user, override=True, reason="ok")
+        model_version_transition(
+            version=candidate, to="approved", actor=admin_user, override=True, reason="ok"
+        )
     with pytest.raises(ValidationError, match="Only a platform admin"):
         model_version_transition(
             version=candidate, to="approved", actor=auditor_user, override=True, reason="long enough reason"
@@ -109,7 +111,9 @@ def test_deployments_api_refuses_rejected_and_retired_versions(admin_client, gpu
         "name": "nope", "slug": "nope", "model_version": version.pk, "engine_kind": "simulated",
         "gpu_type": gpu.pk, "tensor_parallel_size": 1, "max_model_len": 8192,
     }  # fmt: skip
-    r = admin_client.post("/api/deployments/deployments/", data=json.dumps(body), content_type="application/json")
+    r = admin_client.post(
+        "/api/deployments/deployments/", data=json.dumps(body), content_type="application/json"
+    )
     assert r.status_code == 400, r.content
     assert f"{lifecycle} versions cannot be deployed" in r.content.decode()
 
