@@ -8,16 +8,7 @@ from django.core.exceptions import ValidationError
 from evaluations.gates import gate_policy_save, gate_run_execute, gate_run_start
 from evaluations.models import EvalSuiteVersion, GateDecision, GatePolicy
 from evaluations.selectors import version_gate_status
-from tests.evaluations.gate_fixtures import (  # noqa: F401
-    SUITE,
-    baseline,
-    candidate,
-    deployments,
-    gpu,
-    policy,
-    policy_body,
-    suite,
-)
+from tests.evaluations.gate_fixtures import SUITE, policy_body
 from tests.factories import GpuTypeFactory
 from tests.support.servers import engines_fixed_server
 

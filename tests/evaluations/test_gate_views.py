@@ -11,15 +11,7 @@ from django.urls import reverse
 from audit.models import AuditEvent
 from evaluations.evalruns import eval_run_create
 from evaluations.models import EvalCaseResult, EvalSuiteVersion, GateDecision, GatePolicy, GateRun
-from tests.evaluations.gate_fixtures import (  # noqa: F401
-    SUITE,
-    baseline,
-    candidate,
-    deployments,
-    gpu,
-    policy,
-    suite,
-)
+from tests.evaluations.gate_fixtures import SUITE
 
 pytestmark = pytest.mark.django_db
 READ = [("admin", 200), ("auditor", 200), ("member", 403), ("outsider", 403), ("anon", 302)]

@@ -16,7 +16,7 @@ from evaluations.models import GateDecision
 from evaluations.selectors import version_gate_status
 from tests.deployments.factories import ModelRouteFactory
 from tests.evaluations.factories import DeploymentFactory
-from tests.evaluations.gate_fixtures import baseline, candidate, deployments, gpu, policy, suite  # noqa: F401
+from tests.evaluations.gate_fixtures import policy_body
 from tests.factories import ModelVersionFactory
 
 pytestmark = pytest.mark.django_db
@@ -58,7 +58,6 @@ def test_a_model_without_policy_cannot_be_approved_without_override(admin_user):
 
 def test_decisions_under_an_older_policy_do_not_count(policy, candidate, admin_user, gpu):
     from evaluations.gates import gate_policy_save
-    from tests.evaluations.gate_fixtures import policy_body
 
     for kind in GateKind.values:
         _decide(policy, candidate, kind, "passed")
