@@ -59,7 +59,6 @@ BUILTIN_SUITES: dict[str, BuiltinSuite] = {
 }
 
 
-
 def arithmetic_question(a: int, b: int) -> str:
     """The arithmetic suite's question (``engines.tiny_model`` trains on exactly this format)."""
     return f"What is {a} + {b}?"
