@@ -191,6 +191,23 @@ def model_version_transition(
     return version
 
 
+@transaction.atomic
+def model_version_set_quality_profile(*, version: ModelVersion, profile: dict, actor) -> ModelVersion:
+    """Set the simulated quality profile of a version (validated, audited)."""
+    before = fields_of(version, ["quality_profile"])
+    version.quality_profile = profile or {}
+    version.full_clean()
+    version.save(update_fields=["quality_profile", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="model_version.set_quality_profile",
+        target=version,
+        before=before,
+        after=fields_of(version, ["quality_profile"]),
+    )
+    return version
+
+
 def model_validate_and_save(*, model: Model) -> Model:
     model.full_clean()
     model.save()

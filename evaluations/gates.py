@@ -48,6 +48,9 @@ from evaluations.services import benchmark_run_create, benchmark_run_execute
 # Requests that may fail in an eval run before the endpoint counts as broken (the gate is then
 # an error, not a quality verdict: a dying deployment says nothing about the model).
 MAX_EVAL_ERROR_RATE = 0.02
+# Gate evals keep this many cases in flight (bounded by the engine's max_num_seqs): enough to fill a
+# continuous batch, few enough not to queue long prompts behind each other.
+GATE_EVAL_CONCURRENCY = 32
 MAX_SOAK_SECONDS = 24 * 3600
 MAX_WAVE_STAGES = 20
 
