@@ -70,7 +70,10 @@ def wilson(successes: float, n: float, confidence: float = DEFAULT_CONFIDENCE) -
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At 0 or n successes the bound is exactly 0 or 1 (floating point leaves ~1e-17 otherwise).
+    lo = 0.0 if successes <= 0 else max(0.0, centre - half)
+    hi = 1.0 if successes >= n else min(1.0, centre + half)
+    return lo, hi
 
 
 def _pairs(results: Iterable[Any]) -> dict[str, list[tuple[float, float]]]:
