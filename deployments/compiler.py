@@ -155,7 +155,7 @@ def _vllm_args(deployment: Deployment) -> dict:
 
 
 def _simulated_args(deployment: Deployment) -> dict:
-    return {
+    args = {
         "model_name": deployment.effective_served_model_name,
         "model": model_spec_dict(deployment),
         "gpu": spec_as_dict(deployment.gpu_type.to_spec()),
@@ -165,6 +165,11 @@ def _simulated_args(deployment: Deployment) -> dict:
         "seed": 0,
         **({"faults": deployment.faults} if deployment.faults else {}),
     }
+    # A simulated engine answers eval cases right at its version's quality profile (engines.quality).
+    profile = deployment.model_version.quality_profile
+    if profile:
+        args["quality"] = profile
+    return args
 
 
 def _vllm_cpu_args(deployment: Deployment) -> dict:

@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from catalog.selectors import version_can_deploy, version_can_serve_production
 from deployments.compiler import effective_kv_cache_dtype, effective_precision
 from deployments.constants import DesiredState, EngineKind, EventKind, ScalingMode
 from deployments.models import Deployment, DeploymentEvent, ModelRoute, RouteTarget
@@ -122,6 +123,13 @@ def deployment_preflight(*, deployment: Deployment) -> Preflight:
     return result
 
 
+def _require_deployable(version) -> None:
+    """Rejected and retired versions never run (the catalog's promotion rule)."""
+    ok, why = version_can_deploy(version=version)
+    if not ok:
+        raise ValidationError({"model_version": why})
+
+
 def _raise_preflight(preflight: Preflight) -> None:
     if preflight.errors:
         raise ValidationError({"__all__": preflight.errors})
@@ -190,6 +198,7 @@ def deployment_create(*, actor, **fields) -> tuple[Deployment, Preflight]:
     if not deployment.served_model_name and deployment.model_version_id:
         deployment.served_model_name = deployment.model_version.model.name
     deployment.full_clean(validate_constraints=True)
+    _require_deployable(deployment.model_version)
     preflight = deployment_preflight(deployment=deployment)
     _raise_preflight(preflight)
     deployment.save()
@@ -271,6 +280,7 @@ def deployment_stop(*, deployment: Deployment, actor) -> Deployment:
 def deployment_start(*, deployment: Deployment, actor) -> Deployment:
     """Put a stopped deployment back on Ray, after the preflight passes again."""
     d = _locked(deployment)
+    _require_deployable(d.model_version)
     _raise_preflight(deployment_preflight(deployment=d))
     return _set_desired(d, actor, DesiredState.RUNNING, EventKind.STARTED)
 
@@ -315,13 +325,23 @@ def model_route_delete(*, route: ModelRoute) -> None:
     gateway_snapshot_publish_on_commit()
 
 
-@transaction.atomic
-def route_target_set(*, route: ModelRoute, deployment: Deployment, weight: int) -> RouteTarget:
-    """Add a deployment to a route, or change its weight (0 keeps it but sends it nothing)."""
+def _check_target(deployment: Deployment, weight: int) -> None:
     if deployment.is_deleted:
         raise ValidationError({"deployment": "This deployment was deleted."})
     if weight < 0:
         raise ValidationError({"weight": "Weights are 0 or more."})
+    _require_deployable(deployment.model_version)
+    if weight > 0:
+        # Routes carry tenants' production traffic: only approved or serving versions get a share.
+        ok, why = version_can_serve_production(version=deployment.model_version)
+        if not ok:
+            raise ValidationError({"deployment": why})
+
+
+@transaction.atomic
+def route_target_set(*, route: ModelRoute, deployment: Deployment, weight: int) -> RouteTarget:
+    """Add a deployment to a route, or change its weight (0 keeps it but sends it nothing)."""
+    _check_target(deployment, weight)
     target, _ = RouteTarget.objects.update_or_create(
         route=route, deployment=deployment, defaults={"weight": weight}
     )
@@ -333,10 +353,7 @@ def route_target_set(*, route: ModelRoute, deployment: Deployment, weight: int) 
 def route_weights_set(*, route: ModelRoute, weights: dict[Deployment, int]) -> None:
     """Set several targets' weights at once with one snapshot publish (a rollout's step moves two)."""
     for deployment, weight in weights.items():
-        if deployment.is_deleted:
-            raise ValidationError({"deployment": f"{deployment} was deleted."})
-        if weight < 0:
-            raise ValidationError({"weight": "Weights are 0 or more."})
+        _check_target(deployment, weight)
         RouteTarget.objects.update_or_create(route=route, deployment=deployment, defaults={"weight": weight})
     gateway_snapshot_publish_on_commit()
 

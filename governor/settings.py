@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "django_htmx",
+    "pgtrigger",
     "governor",
     "audit",
     "catalog",
@@ -171,6 +172,10 @@ GATEWAY_PUBLIC_URL = env_str("GATEWAY_PUBLIC_URL", "http://127.0.0.1:8080")
 GATEWAY_KEY_PREFIX = env_str("GATEWAY_KEY_PREFIX", "gw:")
 # API key the benchmark harness presents when its target is the gateway.
 BENCHMARK_API_KEY = env_str("BENCHMARK_API_KEY", "")
+
+# The catalog asks this function whether a version's eval gates passed before it may be approved
+# (ADR 0007: the catalog names it here rather than importing the evaluations app).
+GOVERNOR_PROMOTION_GATE = "evaluations.selectors.version_gate_status"
 
 LOGGING = {
     "version": 1,

@@ -29,6 +29,7 @@ _OPTIONAL = [
     ("api/deployments/", "deployments.api.urls"),
     ("benchmarks/", "evaluations.urls"),
     ("api/evaluations/", "evaluations.api.urls"),
+    ("gates/", "evaluations.gate_urls"),
 ]
 for _prefix, _module in _OPTIONAL:
     try:

@@ -19,8 +19,8 @@ from django.utils import timezone
 from audit.services import audit_record
 from billing.selectors import usage_request_samples
 from catalog.constants import Lifecycle
-from catalog.selectors import model_version_get
-from catalog.services import model_version_transition
+from catalog.selectors import model_version_get, version_can_serve_production
+from catalog.services import model_version_gate_status, model_version_transition
 from deployments.constants import AnalysisVerdict, RolloutOutcome, RolloutPhase
 from deployments.models import AnalysisRun, Deployment, ModelRoute, Rollout, RouteTarget
 from deployments.rollouts import analysis as A
@@ -35,7 +35,6 @@ CONTROLLER = "controller"
 SHIP_GRACE_S = 1.5
 # An analysis task that was enqueued but never ran (worker lost) is enqueued again after this.
 ANALYSIS_REENQUEUE_S = 30
-ADMISSIBLE_LIFECYCLES = (Lifecycle.APPROVED, Lifecycle.SERVING)
 
 
 def _plan_error(exc: PlanError) -> ValidationError:
@@ -48,36 +47,32 @@ def _plan_error(exc: PlanError) -> ValidationError:
 def canary_admission_problem(*, deployment: Deployment) -> str | None:
     """Why the canary's version may not take production traffic, or None when it may.
 
-    Today: its lifecycle must be approved or serving. When ``evaluations.selectors.
-    version_gate_status`` lands (the gates work), its verdict (passed, or overridden with a reason)
-    is checked here too; this function is the only place that needs to change.
+    Its lifecycle must be approved or serving, and its required eval gates must have passed under
+    the model's current policy, or a platform admin must have overridden them with a reason
+    (``catalog.services.model_version_gate_status``, which asks the evaluations app).
     """
     version = model_version_get(pk=deployment.model_version_id)
-    if version.lifecycle not in ADMISSIBLE_LIFECYCLES:
+    ok, why = version_can_serve_production(version=version)
+    if not ok:
+        return why
+    gates = model_version_gate_status(version=version)
+    if not (gates.get("passed") or gates.get("override") or version.gates_overridden):
+        blocking = "; ".join(gates.get("blocking") or ["its required gates have not passed"])
         return (
-            f"The canary's version {version} is {version.lifecycle}; only approved or serving versions "
-            f"may take production traffic."
+            f"The canary's version {version} has not passed its eval gates ({blocking}) and has no override."
         )
     return None
 
 
 def _version_transition(*, version_id: int, to: str, reason: str) -> str | None:
-    """Move a version's lifecycle as the controller; returns why it was refused, if it was."""
+    """Move a version's lifecycle as the controller (the catalog audits it); returns why it was refused."""
     version = model_version_get(pk=version_id)
     if version.lifecycle == to:
         return None
     try:
-        model_version_transition(version=version, to=to, actor=CONTROLLER)
+        model_version_transition(version=version, to=to, actor=CONTROLLER, reason=reason)
     except ValidationError as exc:
         return f"{version}: {' '.join(exc.messages)}"
-    audit_record(
-        actor=CONTROLLER,
-        action="model_version.transition",
-        target=version,
-        before={"lifecycle": version.lifecycle},
-        after={"lifecycle": to},
-        reason=reason,
-    )
     return None
 
 
@@ -505,7 +500,7 @@ def rollout_rollback(*, rollout: Rollout, actor, reason: str = "") -> Rollout:
         if d.is_deleted:
             raise ValidationError(f"{d} was deleted; nothing to route back to.")
     before = {"phase": r.phase, "outcome": r.outcome, "canary_weight": r.canary_weight}
-    _set_weights(r, 0)
+    # Lifecycles first: the previous stable's version must be serving again before it takes traffic.
     refused = [
         p
         for p in (
@@ -522,6 +517,7 @@ def rollout_rollback(*, rollout: Rollout, actor, reason: str = "") -> Rollout:
         )
         if p
     ]
+    _set_weights(r, 0)
     r.phase = RolloutPhase.DEGRADED
     r.outcome = RolloutOutcome.ROLLED_BACK
     r.message = f"rolled back by {actor}" + (f": {reason}" if reason else "")

@@ -6,6 +6,8 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass
 
+from django.utils import timezone
+
 from billing.models import UsageEvent
 from deployments.models import Deployment, ModelRoute, RouteTarget
 from tests.deployments.factories import DeploymentFactory, ModelRouteFactory
@@ -19,13 +21,25 @@ class Setup:
     canary: Deployment
 
 
-def route_with_canary(*, canary_lifecycle: str = "approved", public_name: str | None = None) -> Setup:
+def route_with_canary(
+    *, canary_lifecycle: str = "approved", public_name: str | None = None, gates_overridden: bool = True
+) -> Setup:
+    """A route served by a stable deployment, and a canary whose version is ``canary_lifecycle``.
+
+    The canary's eval gates are overridden (as a platform admin would with a reason) unless told not
+    to: the gate checks themselves are the evaluations app's tests.
+    """
     model = ModelFactory()
     stable_version = ModelVersionFactory(
         model=model, label=f"bf16-{uuid.uuid4().hex[:6]}", lifecycle="serving"
     )
     canary_version = ModelVersionFactory(
-        model=model, label=f"fp8-{uuid.uuid4().hex[:6]}", precision="fp8", lifecycle=canary_lifecycle
+        model=model,
+        label=f"fp8-{uuid.uuid4().hex[:6]}",
+        precision="fp8",
+        lifecycle=canary_lifecycle,
+        gate_override_at=timezone.now() if gates_overridden else None,
+        gate_override_reason="overridden for the rollout tests" if gates_overridden else "",
     )
     stable = DeploymentFactory(model_version=stable_version)
     canary = DeploymentFactory(model_version=canary_version)

@@ -91,6 +91,15 @@ def test_a_canary_whose_version_is_not_approved_cannot_start(lifecycle):
     assert not Rollout.objects.exists()
 
 
+def test_an_approved_canary_without_passed_gates_or_an_override_cannot_start():
+    setup = route_with_canary(gates_overridden=False)
+    with pytest.raises(ValidationError) as exc:
+        _start(setup)
+    message = exc.value.message_dict["canary"][0]
+    assert "has not passed its eval gates" in message and "no gate policy" in message
+    assert not Rollout.objects.exists()
+
+
 def test_a_second_active_rollout_on_the_route_is_refused():
     setup = route_with_canary()
     _start(setup)
