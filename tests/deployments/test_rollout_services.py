@@ -375,3 +375,12 @@ def test_two_controller_ticks_at_once_apply_a_step_once(void_queue):
     assert AuditEvent.objects.filter(action="rollout.set_weight").count() == 1
     assert AnalysisRun.objects.filter(rollout=rollout).count() == 1
     assert sorted(results) in (["analysing", "busy"], ["analysing", "analysing"])
+
+
+def test_the_controller_is_on_the_beat_schedule_every_two_seconds():
+    import deployments.tasks  # noqa: F401  (registers the tasks, as the worker's autodiscovery does)
+    from workers.celery import app
+
+    entry = app.conf.beat_schedule["deployments-rollouts-tick"]
+    assert entry["task"] == "deployments.rollouts_tick" and entry["schedule"] == 2.0
+    assert "deployments.rollouts_tick" in app.tasks and "deployments.analysis_run" in app.tasks
