@@ -149,3 +149,35 @@ def series(
         st = side_stats(buckets[i], sla_ttft_ms=sla_ttft_ms, sla_tpot_ms=sla_tpot_ms)
         out.append({"t": i * bucket_s, "n": st["requests"], "values": st["values"]})
     return out
+
+
+def format_value(metric: str, value: float | None) -> str:
+    """A metric's value as shown, with its unit (fractions as percent, cost per million tokens)."""
+    if value is None:
+        return "—"
+    unit = METRICS[metric].unit
+    if unit == "%":
+        return f"{value * 100:.2f} %"
+    if unit == "$":
+        return f"${value:,.4f} /M tok"
+    return f"{value:,.1f} {unit}"
+
+
+def display_rows(results: list[dict]) -> list[dict]:
+    """An analysis run's results with their numbers formatted for the page (raw values kept)."""
+    rows = []
+    for r in results:
+        m = METRICS[r["metric"]]
+        limit = f"{r['limit']:g} × stable" if r["relative"] else format_value(r["metric"], r["limit"])
+        rows.append(
+            {
+                **r,
+                "label": m.label,
+                "op": "≥" if m.higher_is_better else "≤",
+                "canary_text": format_value(r["metric"], r["canary"]),
+                "stable_text": format_value(r["metric"], r["stable"]),
+                "threshold_text": format_value(r["metric"], r["threshold"]),
+                "limit_text": limit,
+            }
+        )
+    return rows

@@ -32,8 +32,12 @@ def rollout_get(*, pk: int) -> Rollout:
     ).get(pk=pk)
 
 
-def rollout_analysis_runs(*, rollout: Rollout) -> QuerySet[AnalysisRun]:
-    return rollout.analysis_runs.order_by("-window_start", "-id")
+def rollout_analysis_runs(*, rollout: Rollout, limit: int = 50) -> list[AnalysisRun]:
+    """The newest analysis runs, each with ``rows``: its results formatted for the page."""
+    runs = list(rollout.analysis_runs.order_by("-window_start", "-id")[:limit])
+    for run in runs:
+        run.rows = A.display_rows(run.results or [])
+    return runs
 
 
 def rollout_plan_rows(*, rollout: Rollout) -> list[dict]:

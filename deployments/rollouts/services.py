@@ -351,11 +351,11 @@ def _analysis_step(rollout: Rollout, step: dict, now: dt.datetime) -> str:
 
 
 def _describe_result(r: dict) -> str:
-    def fmt(v):
-        return "—" if v is None else f"{v:.4g}"
-
+    m, fmt = A.METRICS[r["metric"]], A.format_value
+    op = "≥" if m.higher_is_better else "≤"
     return (
-        f"{r['metric']} canary {fmt(r['canary'])} vs limit {fmt(r['threshold'])} (stable {fmt(r['stable'])})"
+        f"{r['metric']} ({m.label}): canary {fmt(r['metric'], r['canary'])}, limit {op} "
+        f"{fmt(r['metric'], r['threshold'])} (stable {fmt(r['metric'], r['stable'])})"
     )
 
 

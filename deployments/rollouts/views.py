@@ -88,7 +88,7 @@ class RolloutDetailView(ReadsEverythingRequiredMixin, View):
             "rollout": rollout,
             "plan": selectors.rollout_plan_rows(rollout=rollout),
             "checks": selectors.rollout_check_rows(rollout=rollout),
-            "runs": selectors.rollout_analysis_runs(rollout=rollout)[:50],
+            "runs": selectors.rollout_analysis_runs(rollout=rollout),
             "poll_seconds": POLL_SECONDS,
         }
         if request.htmx and request.GET.get("part") == "live":

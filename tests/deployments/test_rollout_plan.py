@@ -173,3 +173,10 @@ def test_higher_is_better_for_attainment():
     half_bad = _s(5) + _s(5, ttft=5000)
     assert _analyse(good, good, checks)[0] == "passed"
     assert _analyse(good, half_bad, checks)[0] == "failed"
+
+
+def test_values_are_shown_with_their_units():
+    assert A.format_value("ttft_p95_ms", 612.34) == "612.3 ms"
+    assert A.format_value("error_rate", 0.0125) == "1.25 %"
+    assert A.format_value("cost_per_mtok_usd", 0.5) == "$0.5000 /M tok"
+    assert A.format_value("sla_attainment", None) == "—"

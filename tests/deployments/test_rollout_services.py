@@ -185,7 +185,7 @@ def test_rollout_aborts_when_canary_ttft_breaches_and_restores_stable():
     rollout.refresh_from_db()
     assert (rollout.phase, rollout.outcome, rollout.canary_weight) == ("degraded", "aborted", 0)
     assert weights(setup.route) == {setup.stable.pk: 100, setup.canary.pk: 0}
-    assert "ttft_p95_ms canary 600" in rollout.message
+    assert "ttft_p95_ms (p95 TTFT): canary 600.0 ms, limit ≤ 150.0 ms (stable 100.0 ms)" in rollout.message
     event = AuditEvent.objects.get(action="rollout.abort")
     assert event.actor == "controller" and event.evidence["results"][0]["canary"] == 600
     assert ModelVersion.objects.get(pk=setup.canary.model_version_id).lifecycle == "approved"

@@ -192,7 +192,8 @@ def test_aborted_rollout_page_shows_the_failing_values(admin_client, setup, roll
     usage(setup.canary, at=t0 + dt.timedelta(seconds=2), n=10, ttft_ms=640)
     S.analysis_run_execute(run_id=rollout.analysis_runs.get().pk)
     html = admin_client.get(reverse("deployments:rollout_detail", args=[rollout.pk])).content.decode()
-    assert "Aborted" in html and "ttft_p95_ms canary 640" in html and "640.000" in html
+    assert "Aborted" in html and "ttft_p95_ms (p95 TTFT): canary 640.0 ms" in html
+    assert "640.0 ms" in html and "≤ 150.0 ms" in html and "(1.5 × stable)" in html
 
 
 # --- faults ------------------------------------------------------------------------------------------

@@ -125,8 +125,9 @@ def test_canary_with_injected_latency_aborts_by_itself_and_shows_why(
             )
             expect(page.locator(".rollout-outcome")).to_have_text("Aborted")
             expect(page.locator("#canary-weight")).to_have_text("0")
-            expect(page.locator("#rollout-message")).to_contain_text("ttft_p95_ms canary")
+            expect(page.locator("#rollout-message")).to_contain_text("ttft_p95_ms (p95 TTFT): canary")
             row = page.locator("#analysis-runs tr.result-failed[data-metric=ttft_p95_ms]")
             expect(row).to_be_visible()
-            canary_ms = float(row.locator(".canary-value").inner_text())
+            expect(row.locator(".canary-value")).to_contain_text(" ms")
+            canary_ms = float(row.locator(".canary-value").get_attribute("data-value"))
             assert canary_ms >= 600
