@@ -33,15 +33,28 @@ class Lifecycle(models.TextChoices):
     APPROVED = "approved", "Approved"
     SERVING = "serving", "Serving"
     DEPRECATED = "deprecated", "Deprecated"
+    RETIRED = "retired", "Retired"
     REJECTED = "rejected", "Rejected"
 
 
-# Allowed lifecycle moves. Gates (a later issue) will guard candidate → approved.
+# Allowed lifecycle moves. Moving to ``approved`` additionally needs the version's required eval
+# gates passed (or an admin override with a written reason): see ``catalog.services``.
 LIFECYCLE_TRANSITIONS: dict[str, set[str]] = {
     Lifecycle.DRAFT: {Lifecycle.CANDIDATE, Lifecycle.REJECTED},
     Lifecycle.CANDIDATE: {Lifecycle.APPROVED, Lifecycle.REJECTED, Lifecycle.DRAFT},
     Lifecycle.APPROVED: {Lifecycle.SERVING, Lifecycle.DEPRECATED, Lifecycle.REJECTED},
     Lifecycle.SERVING: {Lifecycle.DEPRECATED},
-    Lifecycle.DEPRECATED: {Lifecycle.SERVING},
+    Lifecycle.DEPRECATED: {Lifecycle.SERVING, Lifecycle.RETIRED},
+    Lifecycle.RETIRED: set(),
     Lifecycle.REJECTED: set(),
 }
+
+# The move that the eval gates guard.
+GATED_LIFECYCLE = Lifecycle.APPROVED
+
+# Versions that may not be deployed or routed at all.
+UNDEPLOYABLE_LIFECYCLES = frozenset({Lifecycle.REJECTED, Lifecycle.RETIRED})
+# Versions a production route (the online pool) may send traffic to.
+PRODUCTION_LIFECYCLES = frozenset({Lifecycle.APPROVED, Lifecycle.SERVING})
+
+MIN_OVERRIDE_REASON_CHARS = 10

@@ -50,16 +50,30 @@ class ModelForm(BootstrapMixin, forms.ModelForm):
 class ModelVersionForm(BootstrapMixin, forms.ModelForm):
     class Meta:
         model = ModelVersion
-        fields = ["model", "label", "weights_uri", "precision", "kv_cache_dtype", "framework", "baseline"]
+        fields = [
+            "model",
+            "label",
+            "weights_uri",
+            "precision",
+            "kv_cache_dtype",
+            "framework",
+            "baseline",
+            "quality_profile",
+        ]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["baseline"].queryset = ModelVersion.objects.select_related("model")
         self.fields["baseline"].required = False
 
+    def clean_quality_profile(self) -> dict:
+        return self.cleaned_data.get("quality_profile") or {}
+
 
 class LifecycleForm(BootstrapMixin, forms.Form):
     to = forms.ChoiceField(choices=Lifecycle.choices, label="Move to")
+    reason = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+    override = forms.BooleanField(required=False, label="Override the eval gates")
 
 
 class VersionFilterForm(BootstrapMixin, forms.Form):

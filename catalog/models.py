@@ -11,6 +11,7 @@ from django.db import models
 from django.urls import reverse
 
 from catalog.constants import Framework, KvCacheDtype, Lifecycle, Precision
+from engines.quality import QualityProfile
 from engines.specs import GpuSpec, ModelSpec
 
 POSITIVE = [MinValueValidator(Decimal("0.000001"))]
@@ -153,6 +154,20 @@ class ModelVersion(models.Model):
     baseline = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="derived_versions"
     )
+    quality_profile = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Simulated engines only: how often this version answers eval cases right, "
+        'e.g. {"categories": {"arithmetic": 0.95}, "by_context": {"16384": 0.7}, "default": 0.9}. '
+        "Scores it produces are labelled simulated.",
+    )
+    # Set only when a platform admin approved the version without its gates passing; the reason
+    # is also in the audit trail, and the version page shows it in red.
+    gate_override_reason = models.TextField(blank=True)
+    gate_override_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    gate_override_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -172,6 +187,11 @@ class ModelVersion(models.Model):
         return reverse("catalog:version_detail", args=[self.pk])
 
     def clean(self) -> None:
+        if self.quality_profile:
+            try:
+                QualityProfile.from_dict(self.quality_profile)
+            except ValueError as exc:
+                raise ValidationError({"quality_profile": str(exc)}) from exc
         if self.baseline_id and self.pk and self.baseline_id == self.pk:
             raise ValidationError({"baseline": "A version cannot be its own baseline."})
         if self.baseline_id and self.model_id and self.baseline.model_id != self.model_id:
@@ -179,3 +199,7 @@ class ModelVersion(models.Model):
 
     def to_spec(self) -> ModelSpec:
         return self.model.to_spec(precision=self.precision, kv_cache_dtype=self.kv_cache_dtype)
+
+    @property
+    def gates_overridden(self) -> bool:
+        return bool(self.gate_override_at)

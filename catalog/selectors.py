@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from django.db.models import Count, QuerySet
 
+from catalog.constants import (
+    GATED_LIFECYCLE,
+    LIFECYCLE_TRANSITIONS,
+    PRODUCTION_LIFECYCLES,
+    UNDEPLOYABLE_LIFECYCLES,
+    Lifecycle,
+)
 from catalog.models import GpuType, Model, ModelVersion
 
 
@@ -47,8 +54,68 @@ def model_families() -> list[str]:
 
 
 def model_version_get(*, pk: int) -> ModelVersion:
-    """One version with its model (raises ``ModelVersion.DoesNotExist``)."""
-    return ModelVersion.objects.select_related("model").get(pk=pk)
+    return ModelVersion.objects.select_related("model", "baseline", "gate_override_by").get(pk=pk)
+
+
+def model_versions_of(*, model_id: int) -> QuerySet[ModelVersion]:
+    return ModelVersion.objects.filter(model_id=model_id).select_related("model").order_by("label")
+
+
+def model_serving_version(*, model_id: int) -> ModelVersion | None:
+    """The version of a model serving now (the newest one, if several are serving)."""
+    return (
+        ModelVersion.objects.filter(model_id=model_id, lifecycle=Lifecycle.SERVING)
+        .select_related("model")
+        .order_by("-updated_at", "-pk")
+        .first()
+    )
+
+
+def version_can_deploy(*, version: ModelVersion) -> tuple[bool, str]:
+    """Whether a deployment or route may use this version at all, and why not."""
+    if version.lifecycle in UNDEPLOYABLE_LIFECYCLES:
+        label = Lifecycle(version.lifecycle).label
+        return False, f"{version} is {label.lower()}: {label.lower()} versions cannot be deployed or routed."
+    return True, ""
+
+
+def version_can_serve_production(*, version: ModelVersion) -> tuple[bool, str]:
+    """Whether a production route may send traffic to this version (approved or serving only)."""
+    ok, why = version_can_deploy(version=version)
+    if not ok:
+        return ok, why
+    if version.lifecycle not in PRODUCTION_LIFECYCLES:
+        label = Lifecycle(version.lifecycle).label
+        return False, (
+            f"{version} is {label.lower()}: production routes take only approved or serving versions "
+            "(its eval gates must pass first)."
+        )
+    return True, ""
+
+
+def version_moves(*, version: ModelVersion, gate_status: dict | None = None) -> list[dict]:
+    """The lifecycle moves the UI offers, each with whether it is possible now and why not.
+
+    ``[{"to", "label", "possible", "blocked", "needs_override"}]``; the move to Approved is blocked
+    (but may be overridden by an admin) while required gates have not passed.
+    """
+    moves = []
+    for to in sorted(LIFECYCLE_TRANSITIONS.get(version.lifecycle, set()), key=Lifecycle.values.index):
+        move = {
+            "to": to,
+            "label": Lifecycle(to).label,
+            "possible": True,
+            "blocked": "",
+            "needs_override": False,
+        }
+        if to == GATED_LIFECYCLE and gate_status is not None and not gate_status.get("passed"):
+            move.update(
+                possible=False,
+                needs_override=True,
+                blocked="; ".join(gate_status.get("blocking") or ["required gates have not passed"]),
+            )
+        moves.append(move)
+    return moves
 
 
 def model_version_find(*, pk: int | None) -> ModelVersion | None:

@@ -58,7 +58,7 @@ class VersionDetailView(PlatformUserRequiredMixin, View):
 
     def get(self, request, pk: int):
         version = get_object_or_404(
-            ModelVersion.objects.select_related("model", "baseline", "created_by"), pk=pk
+            ModelVersion.objects.select_related("model", "baseline", "created_by", "gate_override_by"), pk=pk
         )
         form = EstimateForm(request.GET or None)
         params = form.cleaned_data if form.is_valid() else {}
@@ -68,12 +68,14 @@ class VersionDetailView(PlatformUserRequiredMixin, View):
             context_len=params.get("context_len") or None,
             gpu_memory_utilization=params.get("gpu_memory_utilization") or 0.9,
         )
+        gate_status = services.model_version_gate_status(version=version)
         context = {
             "version": version,
             "spec": version.to_spec(),
             "estimates": estimates,
             "estimate_form": form,
-            "lifecycle_form": LifecycleForm(),
+            "gate_status": gate_status,
+            "moves": selectors.version_moves(version=version, gate_status=gate_status),
         }
         template = (
             "catalog/partials/estimate_table.html" if request.htmx else "catalog/modelversion_detail.html"
@@ -88,9 +90,13 @@ class VersionTransitionView(PlatformAdminRequiredMixin, View):
         if form.is_valid():
             try:
                 services.model_version_transition(
-                    version=version, to=form.cleaned_data["to"], actor=request.user
+                    version=version,
+                    to=form.cleaned_data["to"],
+                    actor=request.user,
+                    reason=form.cleaned_data["reason"],
+                    override=form.cleaned_data["override"],
                 )
-                messages.success(request, f"{version} is now {version.lifecycle}.")
+                messages.success(request, f"{version} is now {version.get_lifecycle_display().lower()}.")
             except ValidationError as exc:
                 messages.error(request, " ".join(exc.messages))
         else:

@@ -2,7 +2,15 @@
 
 from django.contrib import admin
 
-from deployments.models import Deployment, DeploymentEvent, ModelRoute, ReconcileRun, RouteTarget
+from deployments.models import (
+    AnalysisRun,
+    Deployment,
+    DeploymentEvent,
+    ModelRoute,
+    ReconcileRun,
+    Rollout,
+    RouteTarget,
+)
 from governor.admin_views import ReadOnlyAdmin, ReadOnlyInline
 
 
@@ -61,3 +69,28 @@ class RouteTargetAdmin(ReadOnlyAdmin):
     list_display = ("route", "deployment", "weight")
     list_filter = ("route",)
     raw_id_fields = ("deployment",)
+
+
+class _ReadOnly(admin.ModelAdmin):
+    """Rollouts change only through their services (locked, audited): the admin only reads them."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Rollout)
+class RolloutAdmin(_ReadOnly):
+    list_display = ["id", "route", "stable", "canary", "phase", "outcome", "canary_weight", "created_at"]
+    list_filter = ["phase", "outcome"]
+
+
+@admin.register(AnalysisRun)
+class AnalysisRunAdmin(_ReadOnly):
+    list_display = ["id", "rollout", "step_index", "window_start", "window_end", "verdict", "failed_checks"]
+    list_filter = ["verdict"]

@@ -155,7 +155,7 @@ def _vllm_args(deployment: Deployment) -> dict:
 
 
 def _simulated_args(deployment: Deployment) -> dict:
-    return {
+    args = {
         "model_name": deployment.effective_served_model_name,
         "model": model_spec_dict(deployment),
         "gpu": spec_as_dict(deployment.gpu_type.to_spec()),
@@ -163,7 +163,13 @@ def _simulated_args(deployment: Deployment) -> dict:
         "engine": engine_args(deployment),
         "time_scale": deployment.time_scale,
         "seed": 0,
+        **({"faults": deployment.faults} if deployment.faults else {}),
     }
+    # A simulated engine answers eval cases right at its version's quality profile (engines.quality).
+    profile = deployment.model_version.quality_profile
+    if profile:
+        args["quality"] = profile
+    return args
 
 
 def _vllm_cpu_args(deployment: Deployment) -> dict:

@@ -74,6 +74,7 @@ class EventKind(models.TextChoices):
     DELETED = "deleted", "deleted"
     STATUS = "status", "status change"
     ERROR = "error", "error"
+    FAULTS = "faults", "faults changed"
 
 
 # Ray's accelerator_type names (ray.util.accelerators) for the catalog's GPU names. A GPU whose
@@ -104,3 +105,34 @@ IMPORT_PATHS = {
 }
 
 ROUTE_PREFIX = "/d/{slug}"
+
+
+# --- progressive rollouts (Argo Rollouts' vocabulary) ---------------------------------------------
+
+
+class RolloutPhase(models.TextChoices):
+    PROGRESSING = "progressing", "Progressing"
+    PAUSED = "paused", "Paused"
+    HEALTHY = "healthy", "Healthy"
+    DEGRADED = "degraded", "Degraded"
+
+
+class RolloutOutcome(models.TextChoices):
+    NONE = "", "in progress"
+    PROMOTED = "promoted", "Promoted"
+    ABORTED = "aborted", "Aborted"
+    ROLLED_BACK = "rolled_back", "RolledBack"
+
+
+class StepKind(models.TextChoices):
+    SET_WEIGHT = "set_weight", "set canary weight"
+    PAUSE = "pause", "pause"
+    ANALYSIS = "analysis", "analysis"
+
+
+class AnalysisVerdict(models.TextChoices):
+    RUNNING = "running", "running"
+    PASSED = "passed", "passed"
+    FAILED = "failed", "failed"
+    INCONCLUSIVE = "inconclusive", "inconclusive"
+    ERROR = "error", "error"

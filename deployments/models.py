@@ -17,11 +17,14 @@ from django.urls import reverse
 from catalog.constants import KvCacheDtype
 from deployments.constants import (
     TENSOR_PARALLEL_SIZES,
+    AnalysisVerdict,
     DesiredState,
     EngineKind,
     EventKind,
     Pool,
     Quantization,
+    RolloutOutcome,
+    RolloutPhase,
     ScalingMode,
     Status,
 )
@@ -120,6 +123,12 @@ class Deployment(models.Model):
         validators=[MinValueValidator(0.0)],
         help_text="Simulated engines only: 1 = real time, 0 = no sleeping",
     )
+    faults = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Simulated engines only: injected faults (engines.faults): ttft_extra_ms, "
+        "decode_slowdown, error_rate. Empty = none.",
+    )
     desired_state = models.CharField(max_length=8, choices=DesiredState.choices, default=DesiredState.RUNNING)
 
     # Observed state, written by the reconciler.
@@ -202,6 +211,10 @@ class Deployment(models.Model):
             errors["import_path_override"] = "Use module:function."
         if errors:
             raise ValidationError(errors)
+
+    @property
+    def has_faults(self) -> bool:
+        return bool(self.faults)
 
     def replicas_summary(self) -> str:
         if self.scaling_mode == ScalingMode.AUTOSCALING:
@@ -315,3 +328,109 @@ class RouteTarget(models.Model):
 
     def __str__(self) -> str:
         return f"{self.route} → {self.deployment} ({self.weight})"
+
+
+class RolloutQuerySet(models.QuerySet):
+    def active(self) -> RolloutQuerySet:
+        """Not finished: progressing or paused (at most one per route, a constraint holds it)."""
+        return self.filter(outcome=RolloutOutcome.NONE)
+
+
+class Rollout(models.Model):
+    """A progressive rollout of a canary deployment on a route, step by step (Argo Rollouts' model).
+
+    ``steps`` is the plan (see ``deployments.rollouts.plan``); ``step_index`` the step being
+    executed (``len(steps)`` once every step is done). The controller
+    (``deployments.rollouts.services.rollout_advance``) is the only writer besides admins' actions,
+    and every write takes the row lock, so two actions on one rollout never both apply.
+    """
+
+    route = models.ForeignKey(ModelRoute, on_delete=models.PROTECT, related_name="rollouts")
+    stable = models.ForeignKey(Deployment, on_delete=models.PROTECT, related_name="rollouts_as_stable")
+    canary = models.ForeignKey(Deployment, on_delete=models.PROTECT, related_name="rollouts_as_canary")
+    template = models.CharField(max_length=32, blank=True, help_text="The template the plan came from.")
+    steps = models.JSONField(help_text="The plan: a list of set_weight / pause / analysis steps.")
+    checks = models.JSONField(
+        blank=True, help_text="The analysis checks: metric, limit, relative, min_samples."
+    )
+    failure_limit = models.PositiveSmallIntegerField(
+        default=0, help_text="The analysis fails when more than this many checks fail."
+    )
+    sla_ttft_ms = models.FloatField(default=1000, validators=[MinValueValidator(1)])
+    sla_tpot_ms = models.FloatField(default=50, validators=[MinValueValidator(0.1)])
+
+    phase = models.CharField(max_length=12, choices=RolloutPhase.choices, default=RolloutPhase.PROGRESSING)
+    outcome = models.CharField(max_length=12, choices=RolloutOutcome.choices, default="", blank=True)
+    step_index = models.PositiveIntegerField(default=0)
+    step_started_at = models.DateTimeField(null=True, blank=True)
+    canary_weight = models.PositiveSmallIntegerField(default=0, help_text="Percent of the route's traffic.")
+    message = models.TextField(blank=True, help_text="Why it is paused, aborted or finished.")
+    abort_evidence = models.JSONField(default=dict, blank=True)
+
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    aborted_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RolloutQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["route"], condition=Q(outcome=""), name="one_active_rollout_per_route"
+            ),
+            models.CheckConstraint(
+                condition=~Q(stable=models.F("canary")), name="rollout_canary_differs_from_stable"
+            ),
+            models.CheckConstraint(condition=Q(canary_weight__lte=100), name="rollout_weight_percent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.route} → {self.canary} (rollout {self.pk})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("deployments:rollout_detail", args=[self.pk])
+
+    @property
+    def is_active(self) -> bool:
+        return self.outcome == RolloutOutcome.NONE
+
+    @property
+    def stable_weight(self) -> int:
+        return 100 - self.canary_weight
+
+    @property
+    def current_step(self) -> dict | None:
+        return self.steps[self.step_index] if self.step_index < len(self.steps) else None
+
+
+class AnalysisRun(models.Model):
+    """One analysis of a rollout step: both sides measured over the same window, with the numbers.
+
+    ``results`` is one entry per check: metric, stable and canary values and sample counts, the
+    limit it was held to and its status (passed / failed / inconclusive).
+    """
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="analysis_runs")
+    step_index = models.PositiveIntegerField()
+    window_start = models.DateTimeField()
+    window_end = models.DateTimeField()
+    verdict = models.CharField(
+        max_length=14, choices=AnalysisVerdict.choices, default=AnalysisVerdict.RUNNING
+    )
+    results = models.JSONField(default=list, blank=True)
+    failed_checks = models.PositiveSmallIntegerField(default=0)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-window_start", "-id"]
+
+    def __str__(self) -> str:
+        return f"analysis {self.pk} of rollout {self.rollout_id} step {self.step_index}: {self.verdict}"

@@ -67,3 +67,42 @@ def routing_table() -> dict:
             ],
         }
     return table
+
+
+def deployment_for_version(*, version_id: int, gpu_type_id: int) -> Deployment | None:
+    """A live deployment of a version on a GPU type, running ones first (what eval gates target)."""
+    qs = Deployment.objects.live().filter(model_version_id=version_id, gpu_type_id=gpu_type_id)
+    qs = qs.select_related("model_version__model", "gpu_type")
+    return qs.filter(status="RUNNING").order_by("pk").first() or qs.order_by("pk").first()
+
+
+def model_has_deployment_on(*, model_id: int, gpu_type_id: int) -> bool:
+    """Whether any version of a model has a live deployment on a GPU type."""
+    return (
+        Deployment.objects.live().filter(model_version__model_id=model_id, gpu_type_id=gpu_type_id).exists()
+    )
+
+
+def deployment_health(*, pk: int) -> dict:
+    """``{"status", "deleted", "message"}`` now, for checks that a deployment held up during a run."""
+    row = (
+        Deployment.objects.filter(pk=pk)
+        .values("status", "deleted_at", "status_message", "last_error")
+        .first()
+    )
+    if row is None:
+        return {"status": "DELETED", "deleted": True, "message": "the deployment no longer exists"}
+    return {
+        "status": row["status"],
+        "deleted": row["deleted_at"] is not None,
+        "message": row["last_error"] or row["status_message"] or "",
+    }
+
+
+def deployment_failures_between(*, pk: int, since, until) -> int:
+    """Times the deployment went unhealthy or failed between two instants (engine restarts/crashes)."""
+    events = DeploymentEvent.objects.filter(
+        deployment_id=pk, created_at__gte=since, created_at__lte=until, kind__in=("status", "error")
+    ).values_list("after", flat=True)
+    bad = {"UNHEALTHY", "DEPLOY_FAILED"}
+    return sum(1 for after in events if (after or {}).get("status") in bad)

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_delete, audit_record, audit_save, snapshot
+from catalog.selectors import version_can_deploy, version_can_serve_production
 from deployments.compiler import effective_kv_cache_dtype, effective_precision
 from deployments.constants import DesiredState, EngineKind, EventKind, ScalingMode
 from deployments.models import Deployment, DeploymentEvent, ModelRoute, RouteTarget
@@ -128,6 +129,13 @@ def deployment_preflight(*, deployment: Deployment) -> Preflight:
     return result
 
 
+def _require_deployable(version) -> None:
+    """Rejected and retired versions never run (the catalog's promotion rule)."""
+    ok, why = version_can_deploy(version=version)
+    if not ok:
+        raise ValidationError({"model_version": why})
+
+
 def _raise_preflight(preflight: Preflight) -> None:
     if preflight.errors:
         raise ValidationError({"__all__": preflight.errors})
@@ -212,6 +220,7 @@ def deployment_create(*, actor, **fields) -> tuple[Deployment, Preflight]:
     if not deployment.served_model_name and deployment.model_version_id:
         deployment.served_model_name = deployment.model_version.model.name
     deployment.full_clean(validate_constraints=True)
+    _require_deployable(deployment.model_version)
     preflight = deployment_preflight(deployment=deployment)
     _raise_preflight(preflight)
     deployment.save()
@@ -293,6 +302,7 @@ def deployment_stop(*, deployment: Deployment, actor) -> Deployment:
 def deployment_start(*, deployment: Deployment, actor) -> Deployment:
     """Put a stopped deployment back on Ray, after the preflight passes again."""
     d = _locked(deployment)
+    _require_deployable(d.model_version)
     _raise_preflight(deployment_preflight(deployment=d))
     return _set_desired(d, actor, DesiredState.RUNNING, EventKind.STARTED)
 
@@ -341,15 +351,25 @@ def model_route_delete(*, route: ModelRoute, actor, reason: str = "") -> None:
     routes_section_publish_on_commit()
 
 
+def _check_target(deployment: Deployment, weight: int) -> None:
+    if deployment.is_deleted:
+        raise ValidationError({"deployment": "This deployment was deleted."})
+    if weight < 0:
+        raise ValidationError({"weight": "Weights are 0 or more."})
+    _require_deployable(deployment.model_version)
+    if weight > 0:
+        # Routes carry tenants' production traffic: only approved or serving versions get a share.
+        ok, why = version_can_serve_production(version=deployment.model_version)
+        if not ok:
+            raise ValidationError({"deployment": why})
+
+
 @transaction.atomic
 def route_target_set(
     *, route: ModelRoute, deployment: Deployment, weight: int, actor, reason: str = ""
 ) -> RouteTarget:
     """Add a deployment to a route, or change its weight (0 keeps it but sends it nothing)."""
-    if deployment.is_deleted:
-        raise ValidationError({"deployment": "This deployment was deleted."})
-    if weight < 0:
-        raise ValidationError({"weight": "Weights are 0 or more."})
+    _check_target(deployment, weight)
     stored = RouteTarget.objects.filter(route=route, deployment=deployment).first()
     before = snapshot(stored) if stored is not None else None
     target, _ = RouteTarget.objects.update_or_create(
@@ -361,7 +381,73 @@ def route_target_set(
 
 
 @transaction.atomic
+def route_weights_set(
+    *,
+    route: ModelRoute,
+    weights: dict[Deployment, int],
+    actor,
+    reason: str = "",
+    evidence: dict | None = None,
+) -> None:
+    """Set several targets' weights at once with one snapshot publish (a rollout's step moves two)."""
+    for deployment, weight in weights.items():
+        _check_target(deployment, weight)
+    before, after = {}, {}
+    for deployment, weight in weights.items():
+        stored = RouteTarget.objects.filter(route=route, deployment=deployment).first()
+        before[deployment.slug] = stored.weight if stored is not None else None
+        RouteTarget.objects.update_or_create(route=route, deployment=deployment, defaults={"weight": weight})
+        after[deployment.slug] = weight
+    if before != after:
+        audit_record(
+            actor=actor,
+            action="route.weights_set",
+            target=route,
+            before={"weights": before},
+            after={"weights": after},
+            reason=reason,
+            evidence=evidence,
+        )
+    routes_section_publish_on_commit()
+
+
+@transaction.atomic
 def route_target_delete(*, target: RouteTarget, actor, reason: str = "") -> None:
     audit_delete(actor=actor, instance=target, reason=reason)
     target.delete()
     routes_section_publish_on_commit()
+
+
+# --- fault injection (simulated engines) --------------------------------------------------------
+
+
+@transaction.atomic
+def deployment_faults_set(*, deployment: Deployment, faults: dict, actor, reason: str = "") -> Deployment:
+    """Inject faults into a simulated deployment (or clear them with ``{}``); Ray redeploys it.
+
+    ``faults``: ``ttft_extra_ms`` (≥ 0), ``decode_slowdown`` (≥ 1), ``error_rate`` (0–1); see
+    ``engines.faults``. Only simulated engines take them: real vLLM is not ours to slow down.
+    """
+    from engines.faults import FaultError, Faults
+
+    d = _locked(deployment)
+    if d.engine_kind != EngineKind.SIMULATED:
+        raise ValidationError({"faults": "Only simulated engines accept injected faults."})
+    try:
+        clean = Faults.from_dict(faults).as_dict()
+    except FaultError as exc:
+        raise ValidationError({"faults": str(exc)}) from None
+    if clean == (d.faults or {}):
+        return d
+    before = {"faults": d.faults}
+    d.faults = clean
+    d.save(update_fields=["faults", "updated_at"])
+    _changed(
+        d,
+        EventKind.FAULTS,
+        actor,
+        "faults injected" if clean else "faults cleared",
+        before,
+        {"faults": clean},
+    )
+    return d

@@ -74,3 +74,31 @@ def watch(token: str, step: int = 0) -> None:
 def routes_publish() -> int:
     """Republish the routes section of the gateway snapshot (changes also publish on commit)."""
     return routes_section_publish()
+
+
+# --- rollouts ------------------------------------------------------------------------------------
+# ``deployments.rollouts_tick`` runs from beat every ROLLOUT_TICK_S (workers.celery); the other two
+# are enqueued on commit by the rollout services so a step does not wait for the next tick.
+
+
+@shared_task(name="deployments.rollouts_tick", soft_time_limit=30, time_limit=60, ignore_result=True)
+def rollouts_tick_task() -> dict:
+    """The rollout controller: advance every progressing rollout as far as it can go now."""
+    from deployments.rollouts.services import rollouts_tick
+
+    return {str(k): v for k, v in rollouts_tick().items()}
+
+
+@shared_task(name="deployments.rollout_advance", soft_time_limit=30, time_limit=60, ignore_result=True)
+def rollout_advance_task(rollout_id: int) -> str:
+    from deployments.rollouts.services import rollout_advance
+
+    return rollout_advance(rollout_id=rollout_id)
+
+
+@shared_task(name="deployments.analysis_run", soft_time_limit=120, time_limit=150, ignore_result=True)
+def analysis_run_task(run_id: int) -> str:
+    """Measure one analysis window (both sides) and store the verdict; then advance the rollout."""
+    from deployments.rollouts.services import analysis_run_execute
+
+    return analysis_run_execute(run_id=run_id).verdict

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from deployments import views
+from deployments.rollouts import views as rollout_views
 
 app_name = "deployments"
 
@@ -20,6 +21,20 @@ urlpatterns = [
     path("routes/<int:pk>/edit/", views.RouteFormView.as_view(), name="route_edit"),
     path("routes/<int:pk>/delete/", views.RouteDeleteView.as_view(), name="route_delete"),
     path("routes/<int:pk>/targets/", views.RouteTargetSetView.as_view(), name="route_target_set"),
+    path("<int:pk>/faults/", rollout_views.DeploymentFaultsView.as_view(), name="faults"),
+    path("rollouts/", rollout_views.RolloutListView.as_view(), name="rollout_list"),
+    path("rollouts/new/", rollout_views.RolloutCreateView.as_view(), name="rollout_create"),
+    path("rollouts/<int:pk>/", rollout_views.RolloutDetailView.as_view(), name="rollout_detail"),
+    path(
+        "rollouts/<int:pk>/chart-data/",
+        rollout_views.RolloutChartDataView.as_view(),
+        name="rollout_chart_data",
+    ),
+    path(
+        "rollouts/<int:pk>/<str:action>/",
+        rollout_views.RolloutActionView.as_view(),
+        name="rollout_action",
+    ),
     path(
         "routes/<int:pk>/targets/<int:target_pk>/delete/",
         views.RouteTargetDeleteView.as_view(),

@@ -20,6 +20,7 @@ from deployments.compiler import compile_application
 from deployments.forms import DeploymentFilterForm, DeploymentForm, ModelRouteForm, RouteTargetForm, ScaleForm
 from deployments.models import Deployment, ModelRoute, RouteTarget
 from deployments.reconciler import serve_config_preview
+from deployments.rollouts.selectors import rollout_list
 from governor.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 
 PAGE_SIZE = 25
@@ -212,6 +213,8 @@ class RouteDetailView(ReadsEverythingRequiredMixin, View):
                 "rows": rows,
                 "target_form": RouteTargetForm(),
                 "route_form": ModelRouteForm(instance=route),
+                "rollouts": rollout_list(route=route)[:50],
+                "active_rollout": rollout_list(route=route).filter(outcome="").first(),
             },
         )
 

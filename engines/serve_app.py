@@ -14,6 +14,7 @@ Import path for Serve configs: ``engines.serve_app:build_app`` with ``args``::
       "time_scale": 1.0,
       "seed": 0,
       "fixed_ttft_ms": null, "fixed_tpot_ms": null,   # optional fixed-timing mode
+      "quality": {"categories": {...}, "by_context": {...}, "default": 0.8} | null,  # simulated evals
       "max_ongoing_requests": 4096,                   # optional Serve knob (default 4096)
       "num_cpus": 0                                   # optional replica CPU reservation (default 0)
     }

@@ -47,8 +47,11 @@ from functools import partial
 
 import orjson
 
+from engines import faults
 from engines.perf import Efficiency
 from engines.presets import gpu_from_dict, gpu_preset, model_from_dict, model_preset
+from engines.quality import QualityProfile, answer_tokens
+from engines.quality import answer as quality_answer
 from engines.scheduler import RUNNING, WAITING, EngineConfig, Request, Scheduler
 from engines.specs import GpuSpec, ModelSpec
 
@@ -769,11 +772,14 @@ _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no
 class OpenAIApp:
     """Raw ASGI application (no framework: every microsecond counts at 1000+ streams)."""
 
-    def __init__(self, *, model_name: str, engine: LiveEngine | FixedEngine, metrics: Metrics) -> None:
+    def __init__(self, *, model_name: str, engine: LiveEngine | FixedEngine, metrics: Metrics,
+                 quality: QualityProfile | None = None, seed: int = 0) -> None:  # fmt: skip
         self.model_name = model_name
         self.engine = engine
         self.metrics = metrics
         self.created = int(time.time())
+        self.quality = quality  # simulated answer quality for eval requests (engines.quality)
+        self.seed = seed
 
     async def __call__(self, scope, receive, send) -> None:
         kind = scope["type"]
@@ -879,6 +885,8 @@ class OpenAIApp:
                 code="context_length_exceeded",
             )
         tokens, reason = plan_output(parsed, max_model_len=limit)
+        if self.quality is not None and body.get("governor_eval") is not None:
+            tokens, reason = self._eval_answer(body["governor_eval"], parsed, limit)
         n_out = len(tokens)
         if n_out == 0:
             tokens, n_out = [""], 1  # a stop string at the very start still costs one step
@@ -942,6 +950,15 @@ class OpenAIApp:
             watcher.cancel()
             if not sink.done or disconnected:
                 engine.abort(sink)
+
+    def _eval_answer(self, truth: object, parsed: Parsed, limit: int) -> tuple[list[str], str]:
+        """An eval case's answer, right or wrong as the quality profile decides (simulated)."""
+        try:
+            text, _ = quality_answer(self.quality, truth, seed=self.seed ^ (parsed.seed or 0),  # type: ignore[arg-type]
+                                     prompt_text=parsed.prompt_text)  # fmt: skip
+        except ValueError as exc:
+            raise _bad("governor_eval", str(exc)) from exc
+        return answer_tokens(text, max_tokens=parsed.max_tokens, room=limit - parsed.prompt_tokens)
 
     async def _stream(self, send, sink: Sink, parsed: Parsed, tokens: list[str], reason: str, rid: str,
                       created: int, is_gone) -> None:  # fmt: skip
@@ -1195,8 +1212,12 @@ def build_engine_app(args: dict) -> OpenAIApp:
     Keys: ``model_name``; ``model`` (ModelSpec fields, or a preset name string); ``gpu`` (GpuSpec fields or
     a preset name); ``tensor_parallel``; ``engine`` (EngineConfig fields); ``efficiency`` (Efficiency
     fields, optional); ``time_scale`` (default 1); ``seed`` (unused by the engine, kept for the
-    record); ``fixed_ttft_ms`` and ``fixed_tpot_ms`` (fixed timing mode when both are set).
+    record); ``fixed_ttft_ms`` and ``fixed_tpot_ms`` (fixed timing mode when both are set);
+    ``quality`` (a simulated quality profile, see ``engines.quality``: requests that carry
+    ``governor_eval`` are answered right or wrong as it decides; ``seed`` seeds that draw);
+    ``faults`` (optional, ``engines.faults``: injected latency and errors for rollout rehearsals).
     """
+    args = faults.engine_args(args)
     model_arg = args.get("model", "llama-3.1-8b")
     model = model_preset(model_arg) if isinstance(model_arg, str) else model_from_dict(dict(model_arg))
     gpu_arg = args.get("gpu", "H100")
@@ -1221,7 +1242,10 @@ def build_engine_app(args: dict) -> OpenAIApp:
         )
     else:
         engine = LiveEngine(sched, time_scale=float(args.get("time_scale", 1.0)), metrics=metrics)
-    return OpenAIApp(model_name=model_name, engine=engine, metrics=metrics)
+    quality = QualityProfile.from_dict(args["quality"]) if args.get("quality") else None
+    app = OpenAIApp(model_name=model_name, engine=engine, metrics=metrics, quality=quality,
+                    seed=int(args.get("seed") or 0))  # fmt: skip
+    return faults.wrap(app, args)
 
 
 def _load_json_arg(value: str) -> dict:
@@ -1258,6 +1282,8 @@ def args_from_cli(argv: list[str] | None = None) -> tuple[dict, argparse.Namespa
     p.add_argument("--fixed-ttft-ms", type=float, default=None)
     p.add_argument("--fixed-tpot-ms", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quality-json", default=None,
+                   help="simulated quality profile: JSON object (or a file), see engines.quality")  # fmt: skip
     p.add_argument("--log-level", default="warning")
     ns = p.parse_args(argv)
     spec = _load_json_arg(ns.spec_json) if ns.spec_json else {}
@@ -1288,6 +1314,8 @@ def args_from_cli(argv: list[str] | None = None) -> tuple[dict, argparse.Namespa
         "seed": ns.seed,
         "fixed_ttft_ms": ns.fixed_ttft_ms,
         "fixed_tpot_ms": ns.fixed_tpot_ms,
+        "quality": _load_json_arg(ns.quality_json) if ns.quality_json else spec.get("quality"),
+        "faults": spec.get("faults"),
     }
     return args, ns
 

@@ -23,7 +23,7 @@ import numpy as np
 
 DEFAULT_PATH = Path("var/models/tiny-llama")
 # Bump when the generated files change shape, so old checkouts regenerate instead of reusing them.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MARKER = "governor_tiny_model.json"
 
 HIDDEN = 256
@@ -58,6 +58,8 @@ A rollout moves traffic step by step and pauses for analysis before it promotes 
 Quantization lowers the bytes per weight; the quality gate compares it with the baseline first.
 The quick brown fox jumps over the lazy dog while the capacity planner counts tokens per second.
 Hello, how are you today? I am fine, thank you. What would you like to know about the model?
+What is the sum? Extract name, age and city as JSON. She is 34 years old and lives in the city.
+{"name": "Alice", "age": 34, "city": "Lisbon"} {"name": "Bruno", "age": 27, "city": "Oslo"}
 """
 
 _SYLLABLES = tuple(
@@ -133,7 +135,11 @@ def _train_tokenizer(seed: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # Digits are split one per token (as Llama 3 and most modern vocabularies do): with merged digit
+    # runs a number's tokens depend on its neighbours, and the trained variant could not learn addition.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=TARGET_VOCAB,

@@ -46,3 +46,52 @@ DEFAULT_WORKLOAD = {
 }
 DEFAULT_STAGE = {"duration_s": 30.0, "num_requests": None, "warmup_requests": 4, "processes": 0, "seed": 0}
 DEFAULT_SAMPLING = {"temperature": 0.0, "ignore_eos": True}
+
+
+# --- eval suites, eval runs and gates -------------------------------------------------------------
+
+
+class EvidenceLabel(models.TextChoices):
+    """Where a figure came from: real requests to a real engine, the simulated engine, or the simulator."""
+
+    MEASURED = "measured", "Measured"
+    SIMULATED = "simulated", "Simulated"
+    PREDICTED = "predicted", "Predicted"
+
+
+class GateKind(models.TextChoices):
+    QUALITY = "quality", "Quality"
+    PERFORMANCE = "performance", "Performance"
+    STABILITY = "stability", "Stability"
+
+
+GATE_KINDS = (GateKind.QUALITY, GateKind.PERFORMANCE, GateKind.STABILITY)
+
+
+class Verdict(models.TextChoices):
+    PASSED = "passed", "Passed"
+    FAILED = "failed", "Failed"
+    ERROR = "error", "Error"
+
+
+class GateMode(models.TextChoices):
+    """How a gate run gets its performance and stability figures."""
+
+    PREDICTED = "predicted", "Predicted (simulator; quality on simulated/real engines)"
+    MEASURED = "measured", "Measured (real load on the deployments)"
+
+
+class GateRunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    ERROR = "error", "Error"
+
+
+# Eval runs: temperature 0 and a fixed seed make a rerun send exactly the same requests.
+EVAL_DEFAULT_SEED = 1234
+EVAL_DEFAULT_CONCURRENCY = 8
+EVAL_MAX_CONCURRENCY = 64
+# A finished run on the same inputs younger than this is reused by a gate instead of rerun.
+GATE_REUSE_HOURS = 24
+MAX_SUITE_BYTES = 5 * 1024 * 1024

@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+import pgtrigger
 from django.conf import settings
 from django.core.validators import MaxValueValidator
 from django.db import models
 from django.urls import reverse
 
-from evaluations.constants import ACTIVE_STATUSES, Api, RunKind, RunMode, RunStatus, TargetKind
+from evaluations.constants import (
+    ACTIVE_STATUSES,
+    Api,
+    EvidenceLabel,
+    GateKind,
+    GateMode,
+    GateRunStatus,
+    RunKind,
+    RunMode,
+    RunStatus,
+    TargetKind,
+    Verdict,
+)
+
+# Rows that are evidence: the database itself refuses to change or delete them (not only the ORM).
+_APPEND_ONLY = [
+    pgtrigger.Protect(name="append_only", operation=pgtrigger.Update | pgtrigger.Delete),
+]
+# The same, except for the creator FK that Django sets to NULL when that user is deleted.
+_APPEND_ONLY_KEEP_USERS = [
+    pgtrigger.Protect(name="append_only_delete", operation=pgtrigger.Delete),
+    pgtrigger.Protect(
+        name="append_only_update",
+        operation=pgtrigger.Update,
+        condition=pgtrigger.AnyChange(exclude=["created_by"]),
+    ),
+]
 
 
 class BenchmarkRun(models.Model):
@@ -121,3 +148,265 @@ class BenchmarkRun(models.Model):
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
         return None
+
+
+# --- eval suites and runs ---------------------------------------------------------------------------
+
+
+class EvalSuite(models.Model):
+    """A named set of eval cases (business set, long context, structured output, refusals ...).
+
+    Its content lives in immutable ``EvalSuiteVersion`` rows; uploading again adds a version.
+    """
+
+    name = models.CharField(max_length=128, unique=True)
+    description = models.TextField(blank=True)
+    builtin = models.BooleanField(default=False, help_text="Generated from evalkit's built-in sets")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("gates:suite_detail", args=[self.pk])
+
+
+class EvalSuiteVersion(models.Model):
+    """One immutable upload of a suite: the JSONL text, what it holds, and its SHA-256."""
+
+    suite = models.ForeignKey(EvalSuite, on_delete=models.PROTECT, related_name="versions")
+    number = models.PositiveIntegerField()
+    content = models.TextField(help_text="JSONL, one case per line")
+    case_count = models.PositiveIntegerField()
+    categories = models.JSONField(default=list)
+    checksum = models.CharField("SHA-256", max_length=64)
+    note = models.CharField(max_length=255, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["suite__name", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["suite", "number"], name="unique_suite_version_number"),
+            models.UniqueConstraint(fields=["suite", "checksum"], name="unique_suite_version_checksum"),
+        ]
+        triggers = _APPEND_ONLY_KEEP_USERS
+
+    def __str__(self) -> str:
+        return f"{self.suite.name} v{self.number}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("gates:suite_detail", args=[self.suite_id])
+
+
+class EvalRun(models.Model):
+    """A suite version sent to one endpoint (temperature 0, fixed seed), with per-category scores.
+
+    The row is the job record the run page polls; ``scores`` holds each category's mean and
+    interval once the run ends. The label says whether the engine was real or simulated.
+    """
+
+    suite_version = models.ForeignKey(EvalSuiteVersion, on_delete=models.PROTECT, related_name="runs")
+    model_version = models.ForeignKey(
+        "catalog.ModelVersion", on_delete=models.PROTECT, related_name="eval_runs", null=True, blank=True
+    )
+    deployment = models.ForeignKey(
+        "deployments.Deployment", on_delete=models.SET_NULL, null=True, blank=True, related_name="eval_runs"
+    )
+    gpu_type = models.ForeignKey(
+        "catalog.GpuType", on_delete=models.SET_NULL, null=True, blank=True, related_name="eval_runs"
+    )
+    label = models.CharField(max_length=10, choices=EvidenceLabel.choices, default=EvidenceLabel.MEASURED)
+    status = models.CharField(
+        max_length=10, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True
+    )
+    progress = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(100)])
+    progress_message = models.CharField(max_length=255, blank=True)
+    error = models.TextField(blank=True)
+    base_url = models.CharField("base URL", max_length=500)
+    model_name = models.CharField(max_length=128, help_text="The `model` sent in requests")
+    seed = models.IntegerField(default=0)
+    concurrency = models.PositiveSmallIntegerField(default=8)
+    cases_total = models.PositiveIntegerField(default=0)
+    cases_done = models.PositiveIntegerField(default=0)
+    cases_failed = models.PositiveIntegerField(default=0, help_text="Requests that errored")
+    scores = models.JSONField(default=dict, blank=True, help_text="Per category: mean and interval")
+    snapshot = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    task_id = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"Eval #{self.pk} {self.suite_version} on {self.snapshot.get('target') or self.model_name}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("gates:evalrun_detail", args=[self.pk])
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+
+class EvalCaseResult(models.Model):
+    """One case of an eval run: what was asked, what came back, its score, latency and tokens."""
+
+    run = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="case_results")
+    case_id = models.CharField(max_length=128)
+    category = models.CharField(max_length=64, db_index=True)
+    prompt = models.TextField(blank=True, help_text="Truncated to 2,000 characters")
+    expected = models.TextField(blank=True)
+    output = models.TextField(blank=True)
+    score = models.FloatField(null=True, blank=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["run", "pk"]
+        constraints = [models.UniqueConstraint(fields=["run", "case_id"], name="unique_case_per_eval_run")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.case_id}"
+
+
+# --- gate policies, gate runs and decisions ----------------------------------------------------------
+
+
+class GatePolicy(models.Model):
+    """One immutable version of a model's gate policy: which gates a version needs, and their limits.
+
+    Saving a policy adds a row with the next ``number``; the newest number is the policy in force.
+    Each gate's settings are a JSON object validated by ``evaluations.gates.policy`` (``required``
+    plus the thresholds), judged on ``gpu_type``.
+    """
+
+    model = models.ForeignKey("catalog.Model", on_delete=models.PROTECT, related_name="gate_policies")
+    number = models.PositiveIntegerField()
+    gpu_type = models.ForeignKey("catalog.GpuType", on_delete=models.PROTECT, related_name="gate_policies")
+    quality = models.JSONField(default=dict)
+    performance = models.JSONField(default=dict)
+    stability = models.JSONField(default=dict)
+    reason = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["model__name", "-number"]
+        constraints = [models.UniqueConstraint(fields=["model", "number"], name="unique_policy_number")]
+        triggers = _APPEND_ONLY_KEEP_USERS
+
+    def __str__(self) -> str:
+        return f"{self.model.name} gate policy v{self.number}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("gates:policy_detail", args=[self.model_id])
+
+    def gate(self, kind: str) -> dict:
+        return getattr(self, kind) or {}
+
+    @property
+    def required_kinds(self) -> list[str]:
+        return [k for k in GateKind.values if self.gate(k).get("required")]
+
+
+class GateRun(models.Model):
+    """A request to run a version's gates: the job row the page polls while the gates execute."""
+
+    model_version = models.ForeignKey(
+        "catalog.ModelVersion", on_delete=models.PROTECT, related_name="gate_runs"
+    )
+    policy = models.ForeignKey(GatePolicy, on_delete=models.PROTECT, related_name="runs")
+    mode = models.CharField(max_length=10, choices=GateMode.choices, default=GateMode.PREDICTED)
+    kinds = models.JSONField(default=list)
+    status = models.CharField(
+        max_length=8, choices=GateRunStatus.choices, default=GateRunStatus.QUEUED, db_index=True
+    )
+    progress = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(100)])
+    progress_message = models.CharField(max_length=255, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    task_id = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"Gate run #{self.pk} of {self.model_version}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("gates:version_gates", args=[self.model_version_id])
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (GateRunStatus.QUEUED, GateRunStatus.RUNNING)
+
+
+class GateDecision(models.Model):
+    """The verdict of one gate for one version: limits, measured values, evidence. Never changes.
+
+    PostgreSQL triggers refuse UPDATE and DELETE, so a decision an auditor exports is the one the
+    promotion rule read.
+    """
+
+    gate_run = models.ForeignKey(GateRun, on_delete=models.PROTECT, related_name="decisions", null=True)
+    model_version = models.ForeignKey(
+        "catalog.ModelVersion", on_delete=models.PROTECT, related_name="gate_decisions"
+    )
+    baseline_version = models.ForeignKey(
+        "catalog.ModelVersion", on_delete=models.PROTECT, related_name="+", null=True, blank=True
+    )
+    policy = models.ForeignKey(GatePolicy, on_delete=models.PROTECT, related_name="decisions")
+    gpu_type = models.ForeignKey("catalog.GpuType", on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=12, choices=GateKind.choices, db_index=True)
+    verdict = models.CharField(max_length=8, choices=Verdict.choices, db_index=True)
+    label = models.CharField(max_length=10, choices=EvidenceLabel.choices)
+    thresholds = models.JSONField(default=dict)
+    measured = models.JSONField(default=dict)
+    checks = models.JSONField(default=list, help_text="[{name, limit, value, passed, detail}]")
+    summary = models.TextField(blank=True)
+    eval_run = models.ForeignKey(EvalRun, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    baseline_eval_run = models.ForeignKey(
+        EvalRun, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    benchmark_run = models.ForeignKey(
+        BenchmarkRun, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    baseline_benchmark_run = models.ForeignKey(
+        BenchmarkRun, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    decided_by = models.CharField(max_length=150)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        triggers = _APPEND_ONLY
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} gate of {self.model_version}: {self.verdict}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("gates:decision_detail", args=[self.pk])

@@ -40,3 +40,59 @@ def benchmark_runs_reap_stale_task() -> int:
     from evaluations.services import benchmark_runs_reap_stale
 
     return benchmark_runs_reap_stale()
+
+
+class _EvalTask(Task):
+    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
+        from evaluations.evalruns import eval_run_fail
+
+        run_id = args[0] if args else kwargs.get("run_id")
+        if run_id is not None:
+            eval_run_fail(run_id=run_id, error=f"task failed: {type(exc).__name__}: {exc}")
+
+
+@shared_task(
+    name="evaluations.eval_run_execute",
+    base=_EvalTask,
+    acks_late=False,
+    soft_time_limit=4 * 3600,
+    time_limit=4 * 3600 + 60,
+)
+def eval_run_execute_task(run_id: int) -> dict:
+    """Run a queued eval run (a no-op when it is not queued any more)."""
+    from evaluations.evalruns import eval_run_execute
+
+    run = eval_run_execute(run_id=run_id)
+    return {"id": run.pk, "status": run.status}
+
+
+class _GateTask(Task):
+    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
+        from evaluations.gates import gate_run_fail
+
+        run_id = args[0] if args else kwargs.get("run_id")
+        if run_id is not None:
+            gate_run_fail(run_id=run_id, error=f"task failed: {type(exc).__name__}: {exc}")
+
+
+@shared_task(
+    name="evaluations.gate_run_execute",
+    base=_GateTask,
+    acks_late=False,  # a half-run gate is rerun by an admin, not silently by a redelivery
+    soft_time_limit=26 * 3600,
+    time_limit=26 * 3600 + 60,
+)
+def gate_run_execute_task(run_id: int) -> dict:
+    """Decide each gate of a queued gate run (a no-op when it is not queued any more)."""
+    from evaluations.gates import gate_run_execute
+
+    run = gate_run_execute(run_id=run_id)
+    return {"id": run.pk, "status": run.status}
+
+
+@shared_task(name="evaluations.eval_runs_reap_stale", soft_time_limit=60, time_limit=90)
+def eval_runs_reap_stale_task() -> int:
+    """Mark running eval runs without a heartbeat for two minutes as failed."""
+    from evaluations.evalruns import eval_runs_reap_stale
+
+    return eval_runs_reap_stale()

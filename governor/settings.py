@@ -207,8 +207,15 @@ RAY_RECONCILE_INTERVAL_S = env_float("RAY_RECONCILE_INTERVAL_S", 10.0)
 
 # Gateway (data plane): the console links to it and shows tenants their base URL.
 GATEWAY_PUBLIC_URL = env_str("GATEWAY_PUBLIC_URL", "http://127.0.0.1:8080")
+# Redis key prefix of the gateway's snapshot and counters: the same variable the gateway reads, so
+# workers that publish (rollout steps, price changes) reach the gateways of this installation.
+GATEWAY_KEY_PREFIX = env_str("GATEWAY_KEY_PREFIX", "gw:")
 # API key the benchmark harness presents when its target is the gateway.
 BENCHMARK_API_KEY = env_str("BENCHMARK_API_KEY", "")
+
+# The catalog asks this function whether a version's eval gates passed before it may be approved
+# (ADR 0007: the catalog names it here rather than importing the evaluations app).
+GOVERNOR_PROMOTION_GATE = "evaluations.selectors.version_gate_status"
 
 LOGGING = {
     "version": 1,

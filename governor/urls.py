@@ -24,6 +24,7 @@ urlpatterns = [
     path("api/deployments/", include("deployments.api.urls")),
     path("benchmarks/", include("evaluations.urls")),
     path("api/evaluations/", include("evaluations.api.urls")),
+    path("gates/", include("evaluations.gate_urls")),
     path("api/audit/", include("audit.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

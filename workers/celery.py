@@ -39,6 +39,13 @@ app.conf.beat_schedule["deployments-routes-publish"] = {
     "options": {"expires": 15.0},
 }
 
+# deployments: the rollout controller (steps, analysis windows, aborts). Steps also run on commit.
+app.conf.beat_schedule["deployments-rollouts-tick"] = {
+    "task": "deployments.rollouts_tick",
+    "schedule": float(os.environ.get("ROLLOUT_TICK_S") or 2.0),
+    "options": {"expires": float(os.environ.get("ROLLOUT_TICK_S") or 2.0)},
+}
+
 # billing: republish the tenancy section of the gateway snapshot and record budget alerts.
 app.conf.beat_schedule["billing-gateway-snapshot"] = {
     "task": "billing.gateway_snapshot_publish",
@@ -51,9 +58,14 @@ app.conf.beat_schedule["billing-budget-alerts"] = {
     "options": {"expires": 60.0},
 }
 
-# evaluations: fail benchmark runs whose worker died (their heartbeat stopped).
+# evaluations: fail benchmark and eval runs whose worker died (their heartbeat stopped).
 app.conf.beat_schedule["evaluations-reap-stale-benchmarks"] = {
     "task": "evaluations.benchmark_runs_reap_stale",
+    "schedule": 60.0,
+    "options": {"expires": 60.0},
+}
+app.conf.beat_schedule["evaluations-reap-stale-eval-runs"] = {
+    "task": "evaluations.eval_runs_reap_stale",
     "schedule": 60.0,
     "options": {"expires": 60.0},
 }

@@ -70,3 +70,38 @@ def usage_models(*, tenant_ids: set[int] | None) -> list[str]:
     if tenant_ids is not None:
         qs = qs.filter(tenant_id__in=tenant_ids)
     return sorted(set(qs.values_list("public_model", flat=True).distinct()))
+
+
+def usage_request_samples(*, deployment_ids: list[int], since, until, limit: int = 200_000) -> list[dict]:
+    """Per-request latency, status, tokens and cost of the given deployments' usage events that
+    started in ``[since, until)``: what rollout analysis compares canary and stable on."""
+    rows = (
+        UsageEvent.objects.filter(
+            deployment_id__in=deployment_ids, started_at__gte=since, started_at__lt=until
+        )
+        .order_by("started_at")
+        .values_list(
+            "deployment_id",
+            "started_at",
+            "ttft_ms",
+            "tpot_ms",
+            "status",
+            "http_status",
+            "cost_nanos",
+            "prompt_tokens",
+            "completion_tokens",
+        )[:limit]
+    )
+    return [
+        {
+            "deployment_id": d,
+            "started_at": at,
+            "ttft_ms": ttft,
+            "tpot_ms": tpot,
+            "status": status,
+            "http_status": http,
+            "cost_nanos": cost,
+            "tokens": prompt + completion,
+        }
+        for d, at, ttft, tpot, status, http, cost, prompt, completion in rows
+    ]

@@ -55,15 +55,27 @@ class ModelVersionSerializer(_CleanedModelSerializer):
             "framework",
             "lifecycle",
             "baseline",
+            "quality_profile",
+            "gate_override_reason",
+            "gate_override_at",
             "created_by",
             "created_at",
             "updated_at",
         ]
-        read_only_fields = ["lifecycle", "created_by", "created_at", "updated_at"]
+        read_only_fields = [
+            "lifecycle",
+            "gate_override_reason",
+            "gate_override_at",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
 
 
 class LifecycleSerializer(serializers.Serializer):
     to = serializers.ChoiceField(choices=[c for c, _ in ModelVersion._meta.get_field("lifecycle").choices])
+    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    override = serializers.BooleanField(required=False, default=False)
 
 
 class MemoryEstimateSerializer(serializers.Serializer):

@@ -51,9 +51,7 @@ class ModelVersionViewSet(ServiceModelViewSet):
         body = LifecycleSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            services.model_version_transition(
-                version=version, to=body.validated_data["to"], actor=request.user
-            )
+            services.model_version_transition(version=version, actor=request.user, **body.validated_data)
         except DjangoValidationError as exc:
             raise serializers.ValidationError(exc.message_dict) from exc
         return Response(ModelVersionSerializer(version).data)

@@ -46,10 +46,13 @@ class RouteTargetFactory(factory.django.DjangoModelFactory):
 
 
 def llama_8b_version():
-    """The (one) Llama-3.1-8B bf16 version, shared by every factory-made deployment."""
+    """The (one) Llama-3.1-8B bf16 version, shared by every factory-made deployment.
+
+    It is *serving*: routes carry production traffic and take only approved or serving versions.
+    """
     model = ModelFactory()
     return ModelVersion.objects.filter(model=model, label="bf16").first() or ModelVersionFactory(
-        model=model, label="bf16"
+        model=model, label="bf16", lifecycle="serving"
     )
 
 

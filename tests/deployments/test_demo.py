@@ -15,7 +15,8 @@ pytestmark = pytest.mark.django_db
 def test_seed_demo_creates_two_simulated_deployments_with_routes():
     seed_demo()
     seed_demo()  # idempotent
-    deployments = list(Deployment.objects.live().order_by("slug"))
+    # The evaluations demo adds candidate deployments (gates); these are the routed ones.
+    deployments = list(Deployment.objects.live().filter(route_targets__isnull=False).order_by("slug"))
     assert [d.slug for d in deployments] == ["llama-3-1-8b-h100", "mistral-7b-l40s"]
     assert {d.engine_kind for d in deployments} == {"simulated"}
     assert [d.gpu_type.name for d in deployments] == ["H100 SXM", "L40S"]
