@@ -230,8 +230,8 @@ def run(a: argparse.Namespace, work: Path) -> dict:
             time.sleep(0.3)
 
         tenant = Tenant.objects.create(name="Bench", slug="bench")
-        route = model_route_save(route=ModelRoute(public_name=MODEL))
-        route_target_set(route=route, deployment=stable, weight=100)
+        route = model_route_save(route=ModelRoute(public_name=MODEL), actor="system:bench")
+        route_target_set(route=route, deployment=stable, weight=100, actor="system:bench")
         price_set(
             public_model=MODEL, input_per_million=Decimal(1), output_per_million=Decimal(2), actor="system"
         )

@@ -150,7 +150,7 @@ def rollout_create(
     )
     rollout.full_clean()
     rollout.save()
-    _set_weights(rollout, 0)
+    _set_weights(rollout, 0, actor=actor)
     audit_record(
         actor=actor,
         action="rollout.start",
@@ -178,13 +178,19 @@ def _lock(rollout_id: int, *, skip_locked: bool = False) -> Rollout | None:
     return qs.filter(pk=rollout_id).first()
 
 
-def _set_weights(rollout: Rollout, canary_pct: int) -> None:
+def _set_weights(rollout: Rollout, canary_pct: int, *, actor, reason: str = "") -> None:
     """Canary gets ``canary_pct`` of the route, stable the rest; the gateway follows on commit.
 
     A deleted deployment has no target any more (deleting removes it from every route): skipped.
     """
     weights = {rollout.canary: canary_pct, rollout.stable: 100 - canary_pct}
-    route_weights_set(route=rollout.route, weights={d: w for d, w in weights.items() if not d.is_deleted})
+    route_weights_set(
+        route=rollout.route,
+        weights={d: w for d, w in weights.items() if not d.is_deleted},
+        actor=actor,
+        reason=reason or f"{rollout}: canary at {canary_pct} %",
+        evidence={"rollout": rollout.pk},
+    )
     rollout.canary_weight = canary_pct
 
 
@@ -264,7 +270,7 @@ def _run_step(rollout: Rollout, step: dict, now: dt.datetime) -> str:
     """``"next"`` when the step is done, otherwise what the rollout waits for."""
     if step["kind"] == SET_WEIGHT:
         before = rollout.canary_weight
-        _set_weights(rollout, step["weight"])
+        _set_weights(rollout, step["weight"], actor=CONTROLLER)
         audit_record(
             actor=CONTROLLER,
             action="rollout.set_weight",
@@ -361,7 +367,7 @@ def _describe_result(r: dict) -> str:
 
 def _abort(rollout: Rollout, *, actor, reason: str, evidence: dict | None = None) -> None:
     before = {"phase": rollout.phase, "canary_weight": rollout.canary_weight}
-    _set_weights(rollout, 0)
+    _set_weights(rollout, 0, actor=actor, reason=reason)
     rollout.phase = RolloutPhase.DEGRADED
     rollout.outcome = RolloutOutcome.ABORTED
     rollout.message = reason
@@ -387,7 +393,7 @@ def _complete(rollout: Rollout, *, actor, reason: str) -> None:
         "canary_weight": rollout.canary_weight,
         "step_index": rollout.step_index,
     }
-    _set_weights(rollout, 100)
+    _set_weights(rollout, 100, actor=actor, reason=reason)
     refused = [
         p
         for p in (
@@ -517,7 +523,7 @@ def rollout_rollback(*, rollout: Rollout, actor, reason: str = "") -> Rollout:
         )
         if p
     ]
-    _set_weights(r, 0)
+    _set_weights(r, 0, actor=actor, reason=reason)
     r.phase = RolloutPhase.DEGRADED
     r.outcome = RolloutOutcome.ROLLED_BACK
     r.message = f"rolled back by {actor}" + (f": {reason}" if reason else "")

@@ -121,10 +121,10 @@ def test_routes_take_only_approved_or_serving_versions(gpu, admin_user):
     draft = DeploymentFactory(model_version=ModelVersionFactory(lifecycle="candidate"), gpu_type=gpu)
     route = ModelRouteFactory()
     with pytest.raises(ValidationError, match="production routes take only approved or serving"):
-        route_target_set(route=route, deployment=draft, weight=10)
-    assert route_target_set(route=route, deployment=draft, weight=0).weight == 0  # a drained target is fine
+        route_target_set(route=route, deployment=draft, weight=10, actor="system:test")
+    assert route_target_set(route=route, deployment=draft, weight=0, actor="system:test").weight == 0  # a drained target is fine
     serving = DeploymentFactory(model_version=ModelVersionFactory(lifecycle="serving"), gpu_type=gpu)
-    assert route_target_set(route=route, deployment=serving, weight=100).weight == 100
+    assert route_target_set(route=route, deployment=serving, weight=100, actor="system:test").weight == 100
 
 
 def test_gate_decisions_and_policies_are_immutable_in_the_database(policy, candidate):

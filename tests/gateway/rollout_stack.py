@@ -93,8 +93,8 @@ def analysis_worker(tmp: Path, serve_url: str):
 
 def serve_route(gateway: str, pair: Pair, *, model_name: str, tenant, actor) -> tuple[ModelRoute, str]:
     """The route with the stable deployment at 100 %, a price and a key; waits until the gateway serves it."""
-    route = model_route_save(route=ModelRoute(public_name=model_name))
-    route_target_set(route=route, deployment=pair.stable, weight=100)
+    route = model_route_save(route=ModelRoute(public_name=model_name), actor=actor)
+    route_target_set(route=route, deployment=pair.stable, weight=100, actor=actor)
     price_set(
         public_model=model_name, input_per_million=Decimal(1), output_per_million=Decimal(2), actor=actor
     )
