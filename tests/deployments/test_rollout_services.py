@@ -313,7 +313,7 @@ def test_faults_are_validated_audited_and_compiled_into_the_engine_args():
     d.refresh_from_db()
     assert d.faults == {"ttft_extra_ms": 500.0}
     assert compile_application(d)["args"]["faults"] == {"ttft_extra_ms": 500.0}
-    event = AuditEvent.objects.get(action="deployment.faults_set")
+    event = AuditEvent.objects.get(action="deployment.faults")
     assert event.after == {"faults": {"ttft_extra_ms": 500.0}} and event.reason == "rehearsal"
 
 
