@@ -46,3 +46,10 @@ app.conf.beat_schedule["evaluations-reap-stale-benchmarks"] = {
     "schedule": 60.0,
     "options": {"expires": 60.0},
 }
+
+# evaluations: fail eval runs whose worker died (their heartbeat stopped).
+app.conf.beat_schedule["evaluations-reap-stale-eval-runs"] = {
+    "task": "evaluations.eval_runs_reap_stale",
+    "schedule": 60.0,
+    "options": {"expires": 60.0},
+}
