@@ -177,3 +177,13 @@ def test_eval_run_page_filters_cases(admin_client, decision):
         admin_client.get(reverse("gates:evalrun_export", args=[decision.eval_run_id, "json"])).content
     )
     assert data["cases"][0]["case_id"] == "a1"
+
+
+def test_decision_list_queries_do_not_grow_with_rows(admin_client, decision, django_assert_max_num_queries):
+    for verdict in ("passed", "error") * 10:
+        GateDecision.objects.create(
+            model_version=decision.model_version, policy=decision.policy, gpu_type=decision.gpu_type,
+            kind="performance", verdict=verdict, label="predicted", decided_by="controller",
+        )  # fmt: skip
+    with django_assert_max_num_queries(12):
+        assert admin_client.get(reverse("gates:decision_list")).status_code == 200
