@@ -103,6 +103,18 @@ def eval_runs_reap_stale_task() -> int:
     return eval_runs_reap_stale()
 
 
+@shared_task(name="evaluations.gate_runs_reap_stale", soft_time_limit=60, time_limit=90)
+def gate_runs_reap_stale_task() -> int:
+    """End in error the running gate runs without a heartbeat for two minutes."""
+    from evaluations.gates import gate_runs_reap_stale
+
+    return gate_runs_reap_stale()
+
+
+BEAT_SCHEDULE["evaluations-reap-stale-gate-runs"] = {
+    "task": "evaluations.gate_runs_reap_stale",
+    "schedule": 60.0,
+}
 BEAT_SCHEDULE["evaluations-reap-stale-eval-runs"] = {
     "task": "evaluations.eval_runs_reap_stale",
     "schedule": 60.0,

@@ -9,7 +9,7 @@ from evaluations.gates import gate_policy_save, gate_run_execute, gate_run_start
 from evaluations.models import EvalSuiteVersion, GateDecision, GatePolicy
 from evaluations.selectors import version_gate_status
 from tests.evaluations.gate_fixtures import SUITE, policy_body
-from tests.factories import GpuTypeFactory
+from tests.factories import GpuTypeFactory, ModelVersionFactory
 from tests.support.servers import engines_fixed_server
 
 pytestmark = pytest.mark.django_db
@@ -112,4 +112,26 @@ def test_a_gate_whose_deployment_is_down_ends_in_error_never_passed(
     decision = GateDecision.objects.get(gate_run=run)
     assert decision.verdict == "error"
     assert "failed" in decision.summary and decision.eval_run is not None
+    assert not version_gate_status(version=candidate)["passed"]
+
+
+def test_a_gate_run_whose_worker_died_is_reaped_to_error(policy, candidate, admin_user):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from evaluations.gates import gate_runs_reap_stale
+    from evaluations.models import GateRun
+
+    run = gate_run_start(version=candidate, actor=admin_user, enqueue=False)
+    GateRun.objects.filter(pk=run.pk).update(
+        status="running", heartbeat_at=timezone.now() - timedelta(minutes=5)
+    )
+    fresh = gate_run_start(version=ModelVersionFactory(model=candidate.model, lifecycle="candidate"), actor=admin_user,
+                           enqueue=False)  # fmt: skip
+    GateRun.objects.filter(pk=fresh.pk).update(status="running", heartbeat_at=timezone.now())
+    assert gate_runs_reap_stale() == 1
+    run.refresh_from_db()
+    fresh.refresh_from_db()
+    assert run.status == "error" and "worker" in run.error and fresh.status == "running"
     assert not version_gate_status(version=candidate)["passed"]
