@@ -390,6 +390,8 @@ class EvalRunDetailView(ReadsEverythingRequiredMixin, View):
             "chart": eval_chart(run),
         }
         if request.htmx and request.GET.get("part") == "progress":
+            if request.GET.get("was_active") and not run.is_active:
+                return HttpResponseClientRefresh()  # ended: reload with the scores, chart and cases
             return render(request, "evaluations/partials/evalrun_progress.html", context)
         if request.htmx:
             return render(request, "evaluations/partials/case_table.html", context)
