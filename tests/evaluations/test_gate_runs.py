@@ -73,6 +73,9 @@ def test_suite_upload_names_the_bad_line_and_saves_nothing(admin_user):
     assert not EvalSuiteVersion.objects.exists()
 
 
+@pytest.mark.django_db(
+    transaction=True
+)  # committed rows, as in a worker: the result saver has its own connection
 def test_predicted_gates_decide_every_gate_with_evidence(
     settings, policy, candidate, deployments, admin_user
 ):
@@ -101,6 +104,7 @@ def test_predicted_gates_decide_every_gate_with_evidence(
     assert status["passed"] == all(d.verdict == "passed" for d in decisions.values())
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_gate_whose_deployment_is_down_ends_in_error_never_passed(
     settings, policy, candidate, deployments, admin_user
 ):
