@@ -318,19 +318,23 @@ def rtn_quantize(weight: np.ndarray, *, bits: int, group_size: int) -> np.ndarra
 
     Each group of ``group_size`` input weights shares one scale ``max|w| / (2^(bits-1) - 1)``;
     values are rounded to integers in ``[-(2^(bits-1)), 2^(bits-1) - 1]`` and multiplied back.
-    Returns the dequantised float32 matrix (same shape).
+    A last group shorter than ``group_size`` (688 = 10 x 64 + 48 for the MLP's down projection)
+    gets its own scale like any other. Returns the dequantised float32 matrix (same shape).
     """
     if bits < 2 or bits > 8:
         raise ValueError("bits must be between 2 and 8")
+    if group_size < 1:
+        raise ValueError("group_size must be >= 1")
     out_dim, in_dim = weight.shape
-    if in_dim % group_size:
-        raise ValueError(f"group_size {group_size} does not divide the input dimension {in_dim}")
     qmax = 2 ** (bits - 1) - 1
-    groups = weight.astype(np.float32).reshape(out_dim, in_dim // group_size, group_size)
+    padded_dim = -(-in_dim // group_size) * group_size
+    padded = np.zeros((out_dim, padded_dim), dtype=np.float32)
+    padded[:, :in_dim] = weight  # zero padding never changes a group's max |w|
+    groups = padded.reshape(out_dim, padded_dim // group_size, group_size)
     scale = np.abs(groups).max(axis=2, keepdims=True) / qmax
     scale[scale == 0] = 1.0
     q = np.clip(np.rint(groups / scale), -qmax - 1, qmax)
-    return (q * scale).reshape(out_dim, in_dim).astype(np.float32)
+    return (q * scale).reshape(out_dim, padded_dim)[:, :in_dim].astype(np.float32)
 
 
 def ensure_quantized_model(src: Path, *, bits: int = 4, group_size: int = 64) -> Path:
