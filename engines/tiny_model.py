@@ -8,6 +8,11 @@ Shape constraints come from vLLM's CPU backend: ``head_dim`` must be 64 or 128 (
 kernels are only built for those), so the model uses 4 heads of 64 over a hidden size of 256.
 
     python -m engines.tiny_model --out var/models/tiny-llama [--seed 0]
+    python -m engines.tiny_model --train [--quantize-bits 4 --group-size 64]
+
+``--train`` also fine-tunes the model for a few CPU minutes on the built-in arithmetic suite's
+format and derives a round-to-nearest quantised copy (see ``engines.tiny_train``); both are cached
+next to ``--out`` under names keyed by a hash of the training recipe.
 """
 
 from __future__ import annotations
@@ -346,8 +351,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_PATH, help="checkpoint directory")
     parser.add_argument("--seed", type=int, default=0, help="seed for the tokenizer corpus and weights")
+    parser.add_argument("--train", action="store_true", help="also train it on the built-in tasks (cached)")
+    parser.add_argument("--quantize-bits", type=int, default=4, help="with --train: RTN bits of the copy")
+    parser.add_argument("--group-size", type=int, default=64, help="with --train: RTN group size")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    if args.train:
+        from engines.tiny_train import TRAINED_MARKER, Recipe, ensure_quantized_model, ensure_trained_model
+
+        trained = ensure_trained_model(Recipe(seed=args.seed), root=args.out.parent)
+        quantized = ensure_quantized_model(trained, bits=args.quantize_bits, group_size=args.group_size)
+        print(f"trained model at {trained}: {(trained / TRAINED_MARKER).read_text()}")
+        print(f"RTN {args.quantize_bits}-bit g{args.group_size} copy at {quantized}")
+        print(f"({time.perf_counter() - started:.1f} s)")
+        return 0
     path = ensure_tiny_model(args.out, seed=args.seed)
     meta = json.loads((path / MARKER).read_text())
     print(

@@ -38,12 +38,12 @@ class Recipe:
     """Every input of the training run: changing any of them changes the cache key."""
 
     seed: int = 0
-    steps: int = 1200
-    batch_size: int = 64
-    lr: float = 2e-3
-    warmup: int = 40
-    arithmetic_share: float = 0.75
-    threads: int = 2
+    steps: int = 1000
+    batch_size: int = 32
+    lr: float = 1.5e-3
+    warmup: int = 50
+    arithmetic_share: float = 1.0
+    threads: int = 1
 
     def key(self) -> str:
         blob = json.dumps(
@@ -283,7 +283,7 @@ def ensure_trained_model(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 50 == 0 or step == recipe.steps - 1:
+        if step % 25 == 0 or step == recipe.steps - 1:
             log(f"step {step:4d} loss {loss.item():.3f} lr {lr:.2e} ({time.perf_counter() - started:.0f} s)")
     model.eval()
     accuracy = {task: _answer_accuracy(model, *batch) for task, batch in held_out.items()}
@@ -318,19 +318,23 @@ def rtn_quantize(weight: np.ndarray, *, bits: int, group_size: int) -> np.ndarra
 
     Each group of ``group_size`` input weights shares one scale ``max|w| / (2^(bits-1) - 1)``;
     values are rounded to integers in ``[-(2^(bits-1)), 2^(bits-1) - 1]`` and multiplied back.
-    Returns the dequantised float32 matrix (same shape).
+    A last group shorter than ``group_size`` (688 = 10 x 64 + 48 for the MLP's down projection)
+    gets its own scale like any other. Returns the dequantised float32 matrix (same shape).
     """
     if bits < 2 or bits > 8:
         raise ValueError("bits must be between 2 and 8")
+    if group_size < 1:
+        raise ValueError("group_size must be >= 1")
     out_dim, in_dim = weight.shape
-    if in_dim % group_size:
-        raise ValueError(f"group_size {group_size} does not divide the input dimension {in_dim}")
     qmax = 2 ** (bits - 1) - 1
-    groups = weight.astype(np.float32).reshape(out_dim, in_dim // group_size, group_size)
+    padded_dim = -(-in_dim // group_size) * group_size
+    padded = np.zeros((out_dim, padded_dim), dtype=np.float32)
+    padded[:, :in_dim] = weight  # zero padding never changes a group's max |w|
+    groups = padded.reshape(out_dim, padded_dim // group_size, group_size)
     scale = np.abs(groups).max(axis=2, keepdims=True) / qmax
     scale[scale == 0] = 1.0
     q = np.clip(np.rint(groups / scale), -qmax - 1, qmax)
-    return (q * scale).reshape(out_dim, in_dim).astype(np.float32)
+    return (q * scale).reshape(out_dim, padded_dim)[:, :in_dim].astype(np.float32)
 
 
 def ensure_quantized_model(src: Path, *, bits: int = 4, group_size: int = 64) -> Path:

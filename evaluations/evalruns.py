@@ -9,11 +9,12 @@ scores and their intervals from ``evalkit.stats``. It always leaves the row in a
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from datetime import timedelta
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from audit.services import audit_record
@@ -33,6 +34,7 @@ from evaluations.constants import (
 from evaluations.models import EvalCaseResult, EvalRun, EvalSuite, EvalSuiteVersion
 
 PROMPT_CHARS = 2000
+log = logging.getLogger(__name__)
 
 # --- suites ------------------------------------------------------------------------------------------
 
@@ -267,13 +269,25 @@ class _Saver:
     def _loop(self) -> None:
         try:
             while not self._stop.wait(0.5):
-                self.flush()
+                try:
+                    self.flush()
+                except DatabaseError:
+                    # The batch went back to ``pending``; the next flush (or the final one) saves it.
+                    log.warning("eval run %s: saving results failed, will retry", self.run.pk, exc_info=True)
         finally:
             connection.close()
 
     def flush(self) -> None:
         with self.lock:
             batch, self.pending = self.pending, []
+        try:
+            self._save(batch)
+        except Exception:
+            with self.lock:
+                self.pending = batch + self.pending
+            raise
+
+    def _save(self, batch: list[CaseResult]) -> None:
         rows = []
         for r in batch:
             case = self.cases[r.case_id]
@@ -292,19 +306,20 @@ class _Saver:
                     error=r.error or "",
                 )
             )
-            self.done += 1
-            self.failed += 1 if r.error else 0
         if rows:
             EvalCaseResult.objects.bulk_create(rows, ignore_conflicts=True)
+        done = self.done + len(batch)
+        failed = self.failed + sum(1 for r in batch if r.error)
         total = max(1, self.run.cases_total)
         EvalRun.objects.filter(pk=self.run.pk, status=RunStatus.RUNNING).update(
-            cases_done=self.done,
-            cases_failed=self.failed,
-            progress=min(99, int(100 * self.done / total)),
-            progress_message=f"{self.done} of {total} cases",
+            cases_done=done,
+            cases_failed=failed,
+            progress=min(99, int(100 * done / total)),
+            progress_message=f"{done} of {total} cases",
             heartbeat_at=timezone.now(),
         )
         status = EvalRun.objects.filter(pk=self.run.pk).values_list("status", flat=True).first()
+        self.done, self.failed = done, failed
         self.cancelled = status == RunStatus.CANCELLED
 
 

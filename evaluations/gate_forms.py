@@ -26,6 +26,23 @@ class SuiteUploadForm(forms.Form):
         _bs(self)
 
 
+class EvalRunForm(forms.Form):
+    """Run a suite version against a live deployment (its OpenAI URL through Ray Serve)."""
+
+    deployment = forms.ModelChoiceField(queryset=None, empty_label=None)
+    concurrency = forms.IntegerField(min_value=1, max_value=64, initial=16)
+    seed = forms.IntegerField(
+        initial=1234, help_text="Same seed + temperature 0: the same requests every time"
+    )
+
+    def __init__(self, *args, **kwargs):
+        from deployments.selectors import deployment_list
+
+        super().__init__(*args, **kwargs)
+        self.fields["deployment"].queryset = deployment_list()
+        _bs(self)
+
+
 class DecisionFilterForm(forms.Form):
     """Query parameters of the Gates page and its exports."""
 

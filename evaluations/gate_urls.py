@@ -18,6 +18,7 @@ urlpatterns = [
     path("suites/", views.SuiteListView.as_view(), name="suite_list"),
     path("suites/upload/", views.SuiteUploadView.as_view(), name="suite_upload"),
     path("suites/<int:pk>/", views.SuiteDetailView.as_view(), name="suite_detail"),
+    path("suites/<int:pk>/run/", views.EvalRunStartView.as_view(), name="evalrun_start"),
     path("suites/<int:pk>/v<int:number>.jsonl", views.SuiteDownloadView.as_view(), name="suite_download"),
     path("evals/<int:pk>/", views.EvalRunDetailView.as_view(), name="evalrun_detail"),
     path("evals/<int:pk>/export.<str:fmt>", views.EvalRunExportView.as_view(), name="evalrun_export"),

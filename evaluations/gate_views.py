@@ -25,6 +25,7 @@ from evaluations.constants import GateKind
 from evaluations.gate_forms import (
     CaseFilterForm,
     DecisionFilterForm,
+    EvalRunForm,
     GatePolicyForm,
     GateRunForm,
     SuiteUploadForm,
@@ -315,9 +316,29 @@ class SuiteDetailView(ReadsEverythingRequiredMixin, View):
         suite = get_object_or_404(EvalSuite, pk=pk)
         versions = list(selectors.eval_suite_versions(suite_id=suite.pk))
         runs = selectors.eval_run_list().filter(suite_version__suite=suite)[:25]
-        return render(
-            request, "evaluations/evalsuite_detail.html", {"suite": suite, "versions": versions, "runs": runs}
-        )
+        context = {"suite": suite, "versions": versions, "runs": runs, "run_form": EvalRunForm()}
+        return render(request, "evaluations/evalsuite_detail.html", context)
+
+
+class EvalRunStartView(PlatformAdminRequiredMixin, View):
+    """Run the suite's newest version against a deployment; the run page follows its progress."""
+
+    def post(self, request, pk: int):
+        suite = get_object_or_404(EvalSuite, pk=pk)
+        version = suite.versions.order_by("-number").first()
+        form = EvalRunForm(request.POST)
+        if version is None or not form.is_valid():
+            messages.error(request, "Choose a live deployment and a concurrency between 1 and 64.")
+            return redirect(suite.get_absolute_url())
+        try:
+            run = evalruns.eval_run_create(
+                actor=request.user, suite_version=version, deployment=form.cleaned_data["deployment"],
+                concurrency=form.cleaned_data["concurrency"], seed=form.cleaned_data["seed"],
+            )  # fmt: skip
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+            return redirect(suite.get_absolute_url())
+        return redirect(run.get_absolute_url())
 
 
 class SuiteDownloadView(ReadsEverythingRequiredMixin, View):
@@ -369,6 +390,8 @@ class EvalRunDetailView(ReadsEverythingRequiredMixin, View):
             "chart": eval_chart(run),
         }
         if request.htmx and request.GET.get("part") == "progress":
+            if request.GET.get("was_active") and not run.is_active:
+                return HttpResponseClientRefresh()  # ended: reload with the scores, chart and cases
             return render(request, "evaluations/partials/evalrun_progress.html", context)
         if request.htmx:
             return render(request, "evaluations/partials/case_table.html", context)

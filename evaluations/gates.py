@@ -11,10 +11,11 @@
 from __future__ import annotations
 
 import math
+import threading
 from datetime import timedelta
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.services import audit_record
@@ -375,14 +376,71 @@ class GateError(Exception):
         self.evidence = evidence
 
 
+class _Heartbeat:
+    """Writes the gate run's heartbeat every few seconds from its own thread while the gates run."""
+
+    def __init__(self, run_id: int, every_s: float = 5.0) -> None:
+        self.run_id = run_id
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"gate-run-{run_id}-heartbeat", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(self.every_s):
+                GateRun.objects.filter(pk=self.run_id, status=GateRunStatus.RUNNING).update(
+                    heartbeat_at=timezone.now()
+                )
+        finally:
+            connection.close()
+
+
+def gate_runs_reap_stale(*, stale_after_s: float = 120.0) -> int:
+    """End in error the running gate runs whose heartbeat stopped (their worker died).
+
+    Gates they had not decided stay undecided, so the version stays blocked until they run again.
+    """
+    cutoff = timezone.now() - timedelta(seconds=stale_after_s)
+    return GateRun.objects.filter(status=GateRunStatus.RUNNING, heartbeat_at__lt=cutoff).update(
+        status=GateRunStatus.ERROR,
+        finished_at=timezone.now(),
+        progress_message="error: the worker stopped reporting",
+        error=f"No heartbeat for more than {stale_after_s:g} s: the worker running these gates died.",
+    )
+
+
 def gate_run_execute(*, run_id: int) -> GateRun:
     """Claim a queued gate run and decide each of its gates. A second call does nothing."""
+    now = timezone.now()
     claimed = GateRun.objects.filter(pk=run_id, status=GateRunStatus.QUEUED).update(
-        status=GateRunStatus.RUNNING, started_at=timezone.now(), progress=1, progress_message="starting"
+        status=GateRunStatus.RUNNING,
+        started_at=now,
+        heartbeat_at=now,
+        progress=1,
+        progress_message="starting",
     )
     run = GateRun.objects.select_related("model_version__model", "policy__gpu_type").get(pk=run_id)
     if not claimed:
         return run
+    with _Heartbeat(run_id):
+        _decide_all(run)
+    GateRun.objects.filter(pk=run_id, status=GateRunStatus.RUNNING).update(
+        status=GateRunStatus.DONE, progress=100, progress_message="done", finished_at=timezone.now()
+    )
+    run.refresh_from_db()
+    return run
+
+
+def _decide_all(run: GateRun) -> None:
+    run_id = run.pk
     runners = {GateKind.QUALITY: _quality, GateKind.PERFORMANCE: _performance, GateKind.STABILITY: _stability}
     for k, kind in enumerate(run.kinds):
         GateRun.objects.filter(pk=run_id).update(
@@ -395,11 +453,6 @@ def gate_run_execute(*, run_id: int) -> GateRun:
         except Exception as exc:  # noqa: BLE001 - an unexpected failure is an error verdict, never a pass
             fields = {"verdict": Verdict.ERROR, "summary": f"{type(exc).__name__}: {exc}"}
         _decide(run, kind, **fields)
-    GateRun.objects.filter(pk=run_id, status=GateRunStatus.RUNNING).update(
-        status=GateRunStatus.DONE, progress=100, progress_message="done", finished_at=timezone.now()
-    )
-    run.refresh_from_db()
-    return run
 
 
 def _decide(

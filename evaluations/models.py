@@ -348,6 +348,8 @@ class GateRun(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    # Written every few seconds while the gates execute: silence means the worker died.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     task_id = models.CharField(max_length=64, blank=True)
 

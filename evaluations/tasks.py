@@ -96,3 +96,11 @@ def eval_runs_reap_stale_task() -> int:
     from evaluations.evalruns import eval_runs_reap_stale
 
     return eval_runs_reap_stale()
+
+
+@shared_task(name="evaluations.gate_runs_reap_stale", soft_time_limit=60, time_limit=90)
+def gate_runs_reap_stale_task() -> int:
+    """End in error the running gate runs without a heartbeat for two minutes."""
+    from evaluations.gates import gate_runs_reap_stale
+
+    return gate_runs_reap_stale()

@@ -69,3 +69,8 @@ app.conf.beat_schedule["evaluations-reap-stale-eval-runs"] = {
     "schedule": 60.0,
     "options": {"expires": 60.0},
 }
+app.conf.beat_schedule["evaluations-reap-stale-gate-runs"] = {
+    "task": "evaluations.gate_runs_reap_stale",
+    "schedule": 60.0,
+    "options": {"expires": 60.0},
+}

@@ -57,6 +57,20 @@ def test_measured_accuracy_matches_the_profile_within_the_interval(sim, suite, n
     assert score.hi - score.lo < 0.3
 
 
+@pytest.mark.parametrize("client", ["fast", "openai"])
+def test_both_clients_give_the_same_results(sim, client):
+    cases = generate("json_extraction", seed=2, n=30) + generate("refusal", seed=2, n=10)
+    prompt_cases = [Case(id=f"p{i}", category="plain", scorer="exact", expected="hi", prompt=f"say hi {i}")
+                    for i in range(5)]  # fmt: skip
+    fast = run(sim, cases + prompt_cases, client="fast")
+    other = run(sim, cases + prompt_cases, client=client)
+    strip = [(r.case_id, r.output, r.score, r.prompt_tokens, r.completion_tokens, r.error) for r in fast]
+    assert strip == [
+        (r.case_id, r.output, r.score, r.prompt_tokens, r.completion_tokens, r.error) for r in other
+    ]
+    assert all(r.error is None for r in fast)
+
+
 def test_same_seed_same_answers_and_without_the_truth_the_simulator_cannot_answer(sim):
     cases = generate("arithmetic", seed=2, n=40)
     first = run(sim, cases)
@@ -65,21 +79,23 @@ def test_same_seed_same_answers_and_without_the_truth_the_simulator_cannot_answe
     assert sum(r.score for r in blind) == 0  # synthetic words, no numbers
 
 
-def test_failures_are_recorded_per_case_and_the_run_goes_on(sim):
+@pytest.mark.parametrize("client", ["fast", "openai"])
+def test_failures_are_recorded_per_case_and_the_run_goes_on(sim, client):
     good = generate("arithmetic", seed=3, n=5)
     too_long = Case(id="long", category="arithmetic", scorer="numeric", expected=1, prompt="word " * 40000)
-    wrong_model = run_cases(base_url=sim, model="nope", api_key="k", cases=good[:2])
+    wrong_model = run_cases(base_url=sim, model="nope", api_key="k", cases=good[:2], client=client)
     assert all(r.error and "404" in r.error and r.output is None and r.score == 0 for r in wrong_model)
-    results = run(sim, [*good[:2], too_long, *good[2:]])
+    results = run(sim, [*good[:2], too_long, *good[2:]], client=client)
     assert [r.case_id for r in results] == [c.id for c in good[:2]] + ["long"] + [c.id for c in good[2:]]
     assert "context length" in results[2].error and results[2].score == 0.0
     assert all(r.error is None for i, r in enumerate(results) if i != 2)
 
 
-def test_unreachable_server_fails_every_case_without_raising():
+@pytest.mark.parametrize("client", ["fast", "openai"])
+def test_unreachable_server_fails_every_case_without_raising(client):
     cases = generate("arithmetic", seed=3, n=4)
     results = run_cases(base_url=f"http://127.0.0.1:{free_port()}/v1", model="m", api_key="k", cases=cases,
-                        timeout_s=5)  # fmt: skip
+                        timeout_s=5, client=client)  # fmt: skip
     assert len(results) == 4 and all(r.error and r.score == 0 for r in results)
 
 

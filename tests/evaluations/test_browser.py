@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.browser import browser, login, page  # noqa: F401 (fixtures)
+
 from tests.support.servers import paced_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -9,7 +9,7 @@ from evaluations.gates import gate_policy_save, gate_run_execute, gate_run_start
 from evaluations.models import EvalSuiteVersion, GateDecision, GatePolicy
 from evaluations.selectors import version_gate_status
 from tests.evaluations.gate_fixtures import SUITE, policy_body
-from tests.factories import GpuTypeFactory
+from tests.factories import GpuTypeFactory, ModelVersionFactory
 from tests.support.servers import engines_fixed_server
 
 pytestmark = pytest.mark.django_db
@@ -73,6 +73,9 @@ def test_suite_upload_names_the_bad_line_and_saves_nothing(admin_user):
     assert not EvalSuiteVersion.objects.exists()
 
 
+@pytest.mark.django_db(
+    transaction=True
+)  # committed rows, as in a worker: the result saver has its own connection
 def test_predicted_gates_decide_every_gate_with_evidence(
     settings, policy, candidate, deployments, admin_user
 ):
@@ -101,6 +104,7 @@ def test_predicted_gates_decide_every_gate_with_evidence(
     assert status["passed"] == all(d.verdict == "passed" for d in decisions.values())
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_gate_whose_deployment_is_down_ends_in_error_never_passed(
     settings, policy, candidate, deployments, admin_user
 ):
@@ -112,4 +116,26 @@ def test_a_gate_whose_deployment_is_down_ends_in_error_never_passed(
     decision = GateDecision.objects.get(gate_run=run)
     assert decision.verdict == "error"
     assert "failed" in decision.summary and decision.eval_run is not None
+    assert not version_gate_status(version=candidate)["passed"]
+
+
+def test_a_gate_run_whose_worker_died_is_reaped_to_error(policy, candidate, admin_user):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from evaluations.gates import gate_runs_reap_stale
+    from evaluations.models import GateRun
+
+    run = gate_run_start(version=candidate, actor=admin_user, enqueue=False)
+    GateRun.objects.filter(pk=run.pk).update(
+        status="running", heartbeat_at=timezone.now() - timedelta(minutes=5)
+    )
+    fresh = gate_run_start(version=ModelVersionFactory(model=candidate.model, lifecycle="candidate"), actor=admin_user,
+                           enqueue=False)  # fmt: skip
+    GateRun.objects.filter(pk=fresh.pk).update(status="running", heartbeat_at=timezone.now())
+    assert gate_runs_reap_stale() == 1
+    run.refresh_from_db()
+    fresh.refresh_from_db()
+    assert run.status == "error" and "worker" in run.error and fresh.status == "running"
     assert not version_gate_status(version=candidate)["passed"]

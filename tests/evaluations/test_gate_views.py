@@ -177,3 +177,25 @@ def test_eval_run_page_filters_cases(admin_client, decision):
         admin_client.get(reverse("gates:evalrun_export", args=[decision.eval_run_id, "json"])).content
     )
     assert data["cases"][0]["case_id"] == "a1"
+
+
+def test_decision_list_queries_do_not_grow_with_rows(admin_client, decision, django_assert_max_num_queries):
+    for verdict in ("passed", "error") * 10:
+        GateDecision.objects.create(
+            model_version=decision.model_version, policy=decision.policy, gpu_type=decision.gpu_type,
+            kind="performance", verdict=verdict, label="predicted", decided_by="controller",
+        )  # fmt: skip
+    with django_assert_max_num_queries(12):
+        assert admin_client.get(reverse("gates:decision_list")).status_code == 200
+
+
+def test_eval_run_progress_polls_while_active_and_reloads_when_done(admin_client, decision):
+    run = decision.eval_run
+    url = reverse("gates:evalrun_detail", args=[run.pk]) + "?part=progress&was_active=1"
+    html = admin_client.get(url, HTTP_HX_REQUEST="true").content.decode()
+    assert 'hx-trigger="every 1s"' in html and 'data-status="queued"' in html
+    type(run).objects.filter(pk=run.pk).update(
+        status="succeeded", scores={"arithmetic": {"mean": 1, "low": 0.7, "high": 1, "n": 1}}
+    )
+    r = admin_client.get(url, HTTP_HX_REQUEST="true")
+    assert r.headers.get("HX-Refresh") == "true"

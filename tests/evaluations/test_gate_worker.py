@@ -104,6 +104,35 @@ def test_worker_runs_the_fp8_gates_to_a_pass_and_the_poor_version_fails_on_its_c
     assert poor.baseline_eval_run_id == decisions["quality"].baseline_eval_run_id
 
 
+@pytest.mark.django_db(transaction=True)
+def test_admin_starts_an_eval_run_that_the_worker_scores_by_category(gated, admin_client):
+    from django.urls import reverse
+
+    from evaluations.models import EvalRun, EvalSuite
+
+    suite = EvalSuite.objects.get(name="gate-core")
+    dep = gated["poor"].deployments.get()
+    r = admin_client.post(
+        reverse("gates:evalrun_start", args=[suite.pk]), {"deployment": dep.pk, "concurrency": 8, "seed": 1}
+    )
+    run = EvalRun.objects.get()
+    assert r["Location"] == run.get_absolute_url()
+    deadline = time.monotonic() + 120
+    while EvalRun.objects.get(pk=run.pk).status in ("queued", "running") and time.monotonic() < deadline:
+        time.sleep(0.3)
+    run.refresh_from_db()
+    assert run.status == "succeeded", run.error
+    assert run.label == "simulated" and run.task_id and run.cases_done == 160 and run.cases_failed == 0
+    assert run.scores["json_extraction"]["mean"] < 0.7 < run.scores["arithmetic"]["mean"]
+    assert (
+        run.scores["json_extraction"]["low"]
+        < run.scores["json_extraction"]["mean"]
+        < run.scores["json_extraction"]["high"]
+    )
+    html = admin_client.get(run.get_absolute_url() + "?category=json_extraction&failed=on").content.decode()
+    assert "json_extraction" in html and "table-danger" in html
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)

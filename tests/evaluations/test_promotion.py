@@ -137,3 +137,15 @@ def test_gate_decisions_and_policies_are_immutable_in_the_database(policy, candi
         type(policy).objects.filter(pk=policy.pk).update(quality={})
     decision.refresh_from_db()
     assert decision.verdict == "failed"
+
+
+def test_route_targets_api_answers_400_for_a_candidate_with_traffic(admin_client, gpu):
+    dep = DeploymentFactory(model_version=ModelVersionFactory(lifecycle="candidate"), gpu_type=gpu)
+    route = ModelRouteFactory()
+    r = admin_client.post(
+        "/api/deployments/route-targets/",
+        data=json.dumps({"route": route.pk, "deployment": dep.pk, "weight": 50}),
+        content_type="application/json",
+    )
+    assert r.status_code == 400 and "approved or serving" in r.content.decode()
+    assert not route.targets.exists()
