@@ -343,6 +343,12 @@ class Workload:
             self.empirical = load_empirical(self.empirical_path)
         if self.empirical is None and (self.input is None or self.output is None):
             raise ValueError("a workload needs input and output distributions or empirical pairs")
+        if self.empirical is not None:
+            if not self.empirical:
+                raise ValueError("empirical lengths: no pairs (the dataset is empty)")
+            for k, (a, b) in enumerate(self.empirical):
+                if a < 1 or b < 1:
+                    raise ValueError(f"empirical lengths: pair {k + 1} has a length below 1 ({a}, {b})")
         if not 0.0 <= self.shared_prefix_ratio <= 1.0:
             raise ValueError("shared_prefix_ratio must be in [0, 1]")
         if self.prefix_groups < 1:
@@ -376,6 +382,23 @@ class Workload:
             shared_prefix_ratio=float(data.get("shared_prefix_ratio", 0.0)),
             prefix_groups=int(data.get("prefix_groups", 1)),
         )
+
+    def max_lengths(self) -> tuple[int | None, int | None]:
+        """The longest input and output a sample can have (``None``: unbounded, e.g. normal without max)."""
+        if self.empirical is not None:
+            return max(p[0] for p in self.empirical), max(p[1] for p in self.empirical)
+
+        def top(d: LengthDist) -> int | None:
+            if d.kind == "fixed":
+                bound = int(round(float(d.value)))  # type: ignore[arg-type]
+            elif d.kind == "uniform":
+                bound = int(d.high)  # type: ignore[arg-type]
+            else:
+                return d.max
+            bound = max(bound, d.min)
+            return min(bound, d.max) if d.max is not None else bound
+
+        return top(self.input), top(self.output)  # type: ignore[arg-type]
 
     @property
     def mean_input_len(self) -> float:

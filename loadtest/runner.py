@@ -96,6 +96,7 @@ class Plan:
     requests: list[PlannedRequest]
     concurrency: int
     window_s: float = 0.0
+    prefix: dict[int, tuple[int, int]] = field(default_factory=dict)  # index -> (group, prefix tokens)
 
     def __iter__(self):  # (mode, requests, concurrency), as callers unpack it
         return iter((self.mode, self.requests, self.concurrency))
@@ -169,7 +170,12 @@ def build_plan(workload: Workload, stage: StageConfig, counter: TokenCounter | N
             )
         )
     ]
-    return Plan(mode, reqs, conc, float(sched.window_s))
+    prefix = {
+        i: (int(g), int(p))
+        for i, (g, p) in enumerate(zip(sched.prefix_group.tolist(), sched.prefix_len.tolist(), strict=True))
+        if g >= 0
+    }
+    return Plan(mode, reqs, conc, float(sched.window_s), prefix)
 
 
 def auto_processes(*, mode: str, concurrency: int, requests: list[PlannedRequest], workload: Workload) -> int:
@@ -376,3 +382,35 @@ def run_ladder(
 
         results.append(run_stage(target=target, workload=wl, stage=stage, sla=sla, progress=sub))
     return results
+
+
+def cross_check_stage(
+    *,
+    target: Target,
+    workload: Workload,
+    stage: StageConfig,
+    summary: dict,
+    tokenizer_dir: str,
+    timeout_s: float = 1800.0,
+) -> dict:
+    """Replay a stage this harness ran with ``vllm bench serve`` and compare (``crosscheck``).
+
+    The plan is rebuilt from the same workload and seed, so the requests, their lengths and their
+    planned times are the ones the stage sent; a closed-loop stage replays the requests it got to.
+    """
+    from .crosscheck import compare, run_vllm_bench
+
+    plan = build_plan(workload, stage, counter_for(target))
+    reqs = plan.requests
+    if plan.mode == MODE_CONCURRENCY:
+        reqs = reqs[: max(1, int(summary.get("requests") or len(reqs)))]
+    result = run_vllm_bench(
+        target=target,
+        tokenizer_dir=tokenizer_dir,
+        requests=reqs,
+        mode=plan.mode,
+        concurrency=plan.concurrency,
+        prefix=plan.prefix,
+        timeout_s=timeout_s,
+    )
+    return compare(summary, result, requests=reqs, mode=plan.mode)
