@@ -8,6 +8,7 @@ warms the server up, spreads the requests over client processes, scrapes the eng
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import subprocess
@@ -300,6 +301,11 @@ def run_stage(
         expected_s = reqs[-1].offset_s + 0.06 * workload.mean_output_len + 0.5
     else:
         expected_s = stage.duration_s or (len(reqs) / max(conc, 1)) * (0.06 * workload.mean_output_len + 0.5)
+    # A full collection walks the caller's whole heap (a Celery worker or a test process with Django
+    # loaded: half a second on a busy machine). Do it before the epoch and freeze what survives, so
+    # the collections inside the stage only walk the stage's own objects.
+    gc.collect()
+    gc.freeze()
     t0 = time.time() + (EPOCH_LEAD_S if processes > 1 else 0.05)
     scraper = MetricsScraper(target.metrics_url, interval_s=stage.scrape_interval_s, t0_wall=t0).start()
     try:
@@ -328,6 +334,7 @@ def run_stage(
             records = _run_subprocesses(plans, progress=progress, expected_s=expected_s)
     finally:
         series = scraper.stop()
+        gc.unfreeze()
     if note := scraper.note():
         notes.append(note)
     records.sort(key=lambda r: r.index)
