@@ -401,12 +401,13 @@ def main(argv: list[str] | None = None) -> int:
         a.no_client_compare = True
     levels = [int(x) for x in a.streams.split(",") if x.strip()]
     rows = []
-    print(
-        f"Client capacity: {OUTPUT_TOKENS} tokens/stream at {TPOT_MS:g} ms/token, TTFT {TTFT_MS:g} ms, paced engine in its own process"
-    )
-    print(
-        f"{'streams':>8} {'rate':>7} {'procs':>5} {'reqs':>6} {'err':>4} {'peak open':>9} {'delay p50':>9} {'delay p99':>9} {'TPOT mean':>9} {'TPOT err%':>9} {'TTFT p50':>9} {'ok':>3}"
-    )
+    if levels:
+        print(
+            f"Client capacity: {OUTPUT_TOKENS} tokens/stream at {TPOT_MS:g} ms/token, TTFT {TTFT_MS:g} ms, paced engine in its own process"
+        )
+        print(
+            f"{'streams':>8} {'rate':>7} {'procs':>5} {'reqs':>6} {'err':>4} {'peak open':>9} {'delay p50':>9} {'delay p99':>9} {'TPOT mean':>9} {'TPOT err%':>9} {'TTFT p50':>9} {'ok':>3}"
+        )
     for n in levels:
         r = client_capacity(n, duration_s=a.duration, processes=a.processes)
         rows.append(r)
@@ -435,9 +436,10 @@ def main(argv: list[str] | None = None) -> int:
         timing_rows.append(known_timings("paced_server", paced, ttft_ms=200, tpot_ms=20))
     if not a.no_engines_server:
         timing_rows.append(known_timings("engines.server --fixed", engines_fixed, ttft_ms=200, tpot_ms=20))
-    print(
-        f"{'engine':>24} {'true TTFT':>9} {'TTFT p50':>9} {'err %':>7} {'true TPOT':>9} {'TPOT mean':>9} {'err %':>7}"
-    )
+    if timing_rows:
+        print(
+            f"{'engine':>24} {'true TTFT':>9} {'TTFT p50':>9} {'err %':>7} {'true TPOT':>9} {'TPOT mean':>9} {'err %':>7}"
+        )
     for t in timing_rows:
         print(
             f"{t['engine']:>24} {t['true_ttft_ms']:>9.1f} {t['ttft_p50_ms']:>9.2f} {t['ttft_error_pct']:>7.2f} "
@@ -459,8 +461,11 @@ def main(argv: list[str] | None = None) -> int:
         f"offered_rate_error_pct = {_f(fidelity['offered_rate_error_pct'], '{:.3f}')}"
     )
     at_1000 = next((r for r in rows if r["streams"] == 1000), None)
-    print(f"\nmax_streams_sched_ok = {max_ok}")
-    print(f"max_streams_sched_and_tpot_ok = {max_tpot_ok}  (TPOT also within 5 %)")
+    if not levels:  # --fidelity-only: no capacity ladder was run, so there is no figure to print
+        max_ok = max_tpot_ok = None
+    else:
+        print(f"\nmax_streams_sched_ok = {max_ok}")
+        print(f"max_streams_sched_and_tpot_ok = {max_tpot_ok}  (TPOT also within 5 %)")
     if at_1000:
         print(
             f"1000 streams: median schedule delay {_f(at_1000['sched_delay_p50_ms'])} ms (< 10: {at_1000['sched_ok']}), "
