@@ -490,8 +490,10 @@ def _execute(run: BenchmarkRun, progress: _ProgressWriter) -> tuple[dict, list]:
     sweep_cfg = SweepConfig.from_dict(run.sweep)
     target = _target_for(run)
     stage_fn = run_stage
+    engine = None
     if run.kind == RunKind.PREDICTED:
-        stage_fn = _predicted_engine(run).stage
+        engine = _predicted_engine(run)
+        stage_fn = engine.stage
         stage_cfg.warmup_requests = 0
     started = time.monotonic()
     sweep_record = None
@@ -535,9 +537,31 @@ def _execute(run: BenchmarkRun, progress: _ProgressWriter) -> tuple[dict, list]:
         sweep=sweep_record,
     )
     results["kind"] = run.kind
+    if engine is not None:
+        results["prediction"] = _prediction_basis(engine)
     results["wall_s"] = time.monotonic() - started
     results["workload"] = run.workload
     return results, series
+
+
+def _prediction_basis(engine) -> dict:
+    """Which efficiencies a predicted run used, and the error interval they come with.
+
+    The console's predicted runs use the documented default efficiencies of the GPU preset: no
+    calibration on measured points of this configuration backs them, so there are no held-out
+    residuals and no interval to give; the page says exactly that rather than showing a bare number.
+    """
+    from engines.perf import default_efficiency
+
+    cfg = engine.config
+    eff = cfg.efficiency or default_efficiency(cfg.gpu.name)
+    return {
+        "calibration": f"default efficiencies for {cfg.gpu.name} (engines.perf), not calibrated on measurements",
+        "efficiency": eff.as_dict(),
+        "interval_pct": None,
+        "interval_why": "no held-out measurements of this configuration; calibrate with benchmarks.vllm_cpu_points "
+        "and benchmarks.simulator (docs/engines.md) to get one",
+    }
 
 
 def _at(workload: Workload, level: float) -> Workload:

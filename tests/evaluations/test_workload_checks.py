@@ -218,3 +218,32 @@ def test_benchmark_command_cross_check_without_vllm_is_a_clear_error(admin_user,
         )
     run = BenchmarkRun.objects.get()
     assert run.status == "succeeded" and "cross_check" not in run.results
+
+
+def test_a_predicted_run_says_which_calibration_it_used_and_that_it_has_no_interval(
+    admin_user, auditor_client
+):
+    from evaluations.services import benchmark_run_create, benchmark_run_execute
+    from tests.factories import GpuTypeFactory, ModelVersionFactory
+
+    run = benchmark_run_create(
+        actor=admin_user,
+        kind="predicted",
+        model_version=ModelVersionFactory(),
+        gpu_type=GpuTypeFactory(),
+        workload={
+            "arrival": {"kind": "concurrency", "concurrency": 4},
+            "input": {"kind": "fixed", "value": 128},
+            "output": {"kind": "fixed", "value": 32},
+        },
+        sla={"ttft_ms": 1000, "tpot_ms": 50},
+        stage={"num_requests": 16},
+        enqueue=False,
+    )
+    run = benchmark_run_execute(run_id=run.pk)
+    basis = run.results["prediction"]
+    assert "not calibrated" in basis["calibration"] and basis["interval_pct"] is None
+    assert basis["efficiency"]["mfu"] > 0
+    html = auditor_client.get(reverse("evaluations:run_detail", args=[run.pk])).content.decode()
+    assert 'id="prediction-basis"' in html and "no held-out measurements" in html
+    assert 'id="workload-check"' not in html  # a simulated run sent nothing to check
