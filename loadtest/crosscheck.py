@@ -261,6 +261,18 @@ def compare(summary: dict, vllm: dict, *, requests: list[PlannedRequest], mode: 
                 "diff_pct": diff,
             },
         )
+        # How late each tool sent against the shared plan (vLLM's first send is its time zero).
+        late = (starts - starts.min()) - (np.asarray(planned) - min(planned))
+        rows.insert(
+            3,
+            {
+                "metric": "send delay p50",
+                "unit": "ms",
+                "governor": summary.get("schedule_delay_ms", {}).get("p50"),
+                "vllm": float(np.median(late)) * 1e3,
+                "diff_pct": None,
+            },
+        )
     lens = vllm.get("input_lens") or []
     return {
         "tool": "vllm bench serve",

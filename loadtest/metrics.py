@@ -268,7 +268,8 @@ def offered_rate_report(
     and last send, so that a few late sends (a connection being opened, a GC pause) do not pass
     for a changed rate.
     """
-    sent = sorted((r for r in records if r.sent_s), key=lambda r: r.planned_s)
+    # A request that never went out has no send time (0.0) and an error; one sent at t = 0 is kept.
+    sent = sorted((r for r in records if r.sent_s or not r.error), key=lambda r: r.planned_s)
     n = len(planned)
     planned_rate = n / window_s if window_s > 0 else None
     achieved = None

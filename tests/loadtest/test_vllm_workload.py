@@ -107,10 +107,8 @@ def test_vllm_bench_serve_replays_the_stage_and_both_tools_agree_on_what_was_sen
     # Same requests: the same input and output token totals reached the server through both tools.
     assert rows["input tokens"]["vllm"] == rows["input tokens"]["governor"]
     assert rows["output tokens"]["vllm"] == rows["output tokens"]["governor"] == 12 * 8
-    # Same arrival plan: both tools' achieved offered rates and send delays are measured against it
-    # (how late a client sends on a busy machine is what the rows show, not something to bound here).
-    for name in ("achieved offered rate", "send delay p50"):
-        assert rows[name]["vllm"] is not None and rows[name]["governor"] is not None
-    assert rows["achieved offered rate"]["vllm"] > 0
+    # Same arrival plan: both tools offered the same rate (measured the same way, against the plan).
+    assert rows["send delay p50"]["vllm"] is not None and rows["send delay p50"]["governor"] is not None
+    assert abs(rows["achieved offered rate"]["diff_pct"]) < 5
     assert rows["median TTFT"]["vllm"] > 0 and rows["median TTFT"]["diff_pct"] is not None
     print({r["metric"]: (r["governor"], r["vllm"], r["diff_pct"]) for r in check["rows"]})

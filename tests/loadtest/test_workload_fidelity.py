@@ -153,6 +153,10 @@ def test_a_client_that_falls_behind_is_flagged_as_offering_less_than_named():
     assert rep["warnings"] and rep["warnings"][0].startswith("RATE MISMATCH")
     on_time = [RequestRecord(index=i, planned_s=1 + i * 0.1, sent_s=1.002 + i * 0.1) for i in range(50)]
     on_time[0].sent_s += 0.15  # one late first send (a connection opening) is not a lower rate
+    at_zero = [RequestRecord(index=i, planned_s=i * 0.1, sent_s=i * 0.1) for i in range(50)]
+    assert offered_rate_report(at_zero, planned, named_rate=10.0, window_s=5.0)["figures"][
+        "achieved_offered_rate"
+    ] == pytest.approx(10.0)  # a request sent at exactly t = 0 counts
     assert not offered_rate_report(on_time, planned, named_rate=10.0, window_s=5.0)["warnings"]
 
 
