@@ -210,7 +210,12 @@ def build_prompts(
 ) -> list[str]:
     """One prompt per request with ``input_len`` tokens, the first ``prefix_len`` shared by its group."""
     counter = counter or TokenCounter()
-    vocab = _Vocab(counter)
+    # Learning the vocabulary costs two counts per candidate word (HTTP calls for /tokenize): once
+    # per counter, not once per stage.
+    vocab = counter._prompt_vocab
+    if vocab is None:
+        vocab = _Vocab(counter)
+        counter._prompt_vocab = vocab
     limit = counter.max_model_len
     lens = input_len.tolist()
     if limit is not None and lens and max(lens) >= limit:

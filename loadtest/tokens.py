@@ -41,6 +41,7 @@ class TokenCounter:
     source = SOURCE_WORDS
     exact = False
     max_model_len: int | None = None
+    _prompt_vocab = None  # the prompt builder's word list for this counter, learned once (prompts._Vocab)
 
     def count(self, text: str) -> int:
         return len(text.split())
