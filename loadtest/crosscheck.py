@@ -153,6 +153,9 @@ def bench_command(
     ]
     if concurrency:
         cmd += ["--max-concurrency", str(concurrency)]
+    # The same sampling as the harness's requests (vLLM's bench no longer defaults to greedy).
+    if (temperature := target.sampling.get("temperature")) is not None:
+        cmd += ["--temperature", str(temperature)]
     return cmd
 
 
