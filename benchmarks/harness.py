@@ -9,9 +9,16 @@
 2. **Known timings**: TTFT and TPOT measured against engines with fixed, known timings (the harness's
    paced server and the engines' simulated vLLM in ``--fixed-ttft-ms/--fixed-tpot-ms`` mode), as
    error %.
+3. **Workload fidelity** (``input_len_error_pct``, ``offered_rate_error_pct``): a few Poisson and
+   constant stages against real vLLM on CPU serving the generated tiny model (prompts built with the
+   model's tokenizer, and through vLLM's ``/tokenize``) and one fast Poisson stage on the paced
+   server. ``input_len_error_pct`` is |mean actual − mean requested| input tokens over all stages
+   (actual = vLLM's ``usage.prompt_tokens``); ``offered_rate_error_pct`` the worst |achieved − named|
+   offered rate of any stage. Both should be ≤ 2.
 
-    python -m benchmarks.harness                      # full ladder, about 3 minutes
+    python -m benchmarks.harness                      # full ladder, about 3 minutes (+ vLLM start)
     python -m benchmarks.harness --streams 250,1000 --duration 14 --json var/bench-harness.json
+    python -m benchmarks.harness --fidelity-only --json var/bench-fidelity.json
 """
 
 from __future__ import annotations
@@ -251,6 +258,113 @@ def client_cpu_per_chunk(streams: int = 500, tokens: int = 64) -> list[dict]:
     return rows
 
 
+def workload_fidelity(*, use_vllm: bool = True) -> dict:
+    """Requested vs actual input tokens and named vs achieved offered rate (module docstring, 3)."""
+    from engines.workload import poisson, uniform
+
+    stages: list[dict] = []
+
+    def record(engine: str, res, how: str) -> None:
+        s = res.summary
+        li, off = s["lengths"]["input"], s["offered"]
+        stages.append(
+            {
+                "engine": engine,
+                "prompts_from": how,
+                "arrival": {k: off.get(k) for k in ("kind", "rate")},
+                "requests": s["requests"],
+                "failed": s["failed"],
+                "requested_input_mean": li["requested"]["mean"],
+                "actual_input_mean": li["actual"]["mean"],
+                "input_len_error_pct": li["mean_error_pct"],
+                "output_len_error_pct": s["lengths"]["output"]["mean_error_pct"],
+                "named_rate": off.get("named_rate"),
+                "achieved_offered_rate": off.get("achieved_offered_rate"),
+                "offered_rate_error_pct": off.get("offered_rate_error_pct"),
+                "sched_delay_p50_ms": s["schedule_delay_ms"]["p50"],
+                "loadavg_1m": os.getloadavg()[0],
+            }
+        )
+        r = stages[-1]
+        print(
+            f"{engine:>22} {how:>18} {r['arrival']['kind']:>8} {_f(r['named_rate'], '{:g}'):>6} {r['requests']:>5} "
+            f"{_f(r['requested_input_mean'], '{:.1f}'):>9} {_f(r['actual_input_mean'], '{:.1f}'):>9} {_f(r['input_len_error_pct']):>7} "
+            f"{_f(r['achieved_offered_rate'], '{:.3f}'):>9} {_f(r['offered_rate_error_pct']):>7} {r['loadavg_1m']:>5.1f}",
+            flush=True,
+        )
+
+    print(
+        f"{'engine':>22} {'prompts from':>18} {'arrival':>8} {'rate':>6} {'reqs':>5} {'in req':>9} {'in act':>9} {'err %':>7} {'offered':>9} {'err %':>7} {'load':>5}"
+    )
+    loose = Sla(ttft_ms=None, tpot_ms=None)
+    with paced(5, 1) as url:
+        wl = Workload(arrival=poisson(100), input=uniform(16, 512), output=fixed(4))
+        res = run_stage(
+            target=Target(base_url=url, model="paced"),
+            workload=wl,
+            stage=StageConfig(num_requests=1000),
+            sla=loose,
+        )
+        record("paced_server", res, res.summary["lengths"]["source"])
+    reason = None
+    if use_vllm:
+        from engines.tiny_model import ensure_tiny_model
+        from engines.vllm_cpu import vllm_cpu_server, vllm_unavailable_reason
+
+        reason = vllm_unavailable_reason()
+    else:
+        reason = "skipped (--no-vllm)"
+    if reason is None:
+        model = ensure_tiny_model(ROOT / "var/models/tiny-llama")
+        with vllm_cpu_server(
+            model_path=model, served_model_name="tiny", max_num_seqs=8, max_model_len=1024, timeout_s=900
+        ) as server:
+            plans = [
+                (
+                    "model tokenizer",
+                    str(model),
+                    Workload(arrival=poisson(3), input=uniform(32, 400), output=fixed(8)),
+                    40,
+                ),
+                ("/tokenize", "", Workload(arrival=constant(2), input=uniform(64, 256), output=fixed(8)), 24),
+                (
+                    "model tokenizer",
+                    str(model),
+                    Workload(
+                        arrival=poisson(3),
+                        input=uniform(64, 320),
+                        output=fixed(8),
+                        shared_prefix_ratio=0.5,
+                        prefix_groups=2,
+                    ),
+                    30,
+                ),
+            ]
+            for how, tok, wl, n in plans:
+                target = Target(
+                    base_url=server.openai_base_url, model="tiny", request_timeout_s=300, tokenizer=tok
+                )
+                res = run_stage(
+                    target=target, workload=wl, stage=StageConfig(num_requests=n, seed=len(stages)), sla=loose
+                )
+                record("vLLM-CPU tiny", res, how if tok else res.summary["lengths"]["source"])
+    else:
+        print(f"vLLM-CPU: {reason}")
+    vllm_rows = [r for r in stages if r["engine"].startswith("vLLM")]
+    input_err = None
+    if vllm_rows:
+        req = sum(r["requested_input_mean"] * (r["requests"] - r["failed"]) for r in vllm_rows)
+        act = sum(r["actual_input_mean"] * (r["requests"] - r["failed"]) for r in vllm_rows)
+        input_err = abs(act - req) / req * 100.0
+    rate_errs = [abs(r["offered_rate_error_pct"]) for r in stages if r["offered_rate_error_pct"] is not None]
+    return {
+        "stages": stages,
+        "vllm": reason or "ran",
+        "input_len_error_pct": input_err,
+        "offered_rate_error_pct": max(rate_errs) if rate_errs else None,
+    }
+
+
 def _f(x, fmt="{:.2f}"):
     return "-" if x is None else fmt.format(x)
 
@@ -268,18 +382,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--no-client-compare", action="store_true", help="skip the aiohttp vs httpx CPU comparison"
     )
+    p.add_argument("--no-vllm", action="store_true", help="skip the vLLM-CPU workload-fidelity stages")
+    p.add_argument(
+        "--fidelity-only",
+        action="store_true",
+        help="only the workload-fidelity section (lengths, offered rate)",
+    )
     p.add_argument("--json", dest="json_path")
     a = p.parse_args(argv)
 
     load_at_start = os.getloadavg()
+    print(
+        f"Conditions: {os.cpu_count()} CPUs, load average {load_at_start[0]:.2f} {load_at_start[1]:.2f} {load_at_start[2]:.2f}"
+    )
+    if a.fidelity_only:
+        a.streams = ""
+        a.no_engines_server = True
+        a.no_client_compare = True
     levels = [int(x) for x in a.streams.split(",") if x.strip()]
     rows = []
-    print(
-        f"Client capacity: {OUTPUT_TOKENS} tokens/stream at {TPOT_MS:g} ms/token, TTFT {TTFT_MS:g} ms, paced engine in its own process"
-    )
-    print(
-        f"{'streams':>8} {'rate':>7} {'procs':>5} {'reqs':>6} {'err':>4} {'peak open':>9} {'delay p50':>9} {'delay p99':>9} {'TPOT mean':>9} {'TPOT err%':>9} {'TTFT p50':>9} {'ok':>3}"
-    )
+    if levels:
+        print(
+            f"Client capacity: {OUTPUT_TOKENS} tokens/stream at {TPOT_MS:g} ms/token, TTFT {TTFT_MS:g} ms, paced engine in its own process"
+        )
+        print(
+            f"{'streams':>8} {'rate':>7} {'procs':>5} {'reqs':>6} {'err':>4} {'peak open':>9} {'delay p50':>9} {'delay p99':>9} {'TPOT mean':>9} {'TPOT err%':>9} {'TTFT p50':>9} {'ok':>3}"
+        )
     for n in levels:
         r = client_capacity(n, duration_s=a.duration, processes=a.processes)
         rows.append(r)
@@ -302,13 +430,16 @@ def main(argv: list[str] | None = None) -> int:
             break
         max_tpot_ok = r["streams"]
 
-    print("\nKnown timings recovered (80 requests at 8 req/s, 64 output tokens):")
-    timing_rows = [known_timings("paced_server", paced, ttft_ms=200, tpot_ms=20)]
+    timing_rows = []
+    if not a.fidelity_only:
+        print("\nKnown timings recovered (80 requests at 8 req/s, 64 output tokens):")
+        timing_rows.append(known_timings("paced_server", paced, ttft_ms=200, tpot_ms=20))
     if not a.no_engines_server:
         timing_rows.append(known_timings("engines.server --fixed", engines_fixed, ttft_ms=200, tpot_ms=20))
-    print(
-        f"{'engine':>24} {'true TTFT':>9} {'TTFT p50':>9} {'err %':>7} {'true TPOT':>9} {'TPOT mean':>9} {'err %':>7}"
-    )
+    if timing_rows:
+        print(
+            f"{'engine':>24} {'true TTFT':>9} {'TTFT p50':>9} {'err %':>7} {'true TPOT':>9} {'TPOT mean':>9} {'err %':>7}"
+        )
     for t in timing_rows:
         print(
             f"{t['engine']:>24} {t['true_ttft_ms']:>9.1f} {t['ttft_p50_ms']:>9.2f} {t['ttft_error_pct']:>7.2f} "
@@ -323,9 +454,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"{c['client']:>26}: wall {c['wall_s']:.2f} s (ideal {c['ideal_wall_s']:.2f}), "
                 f"CPU {c['cpu_s']:.2f} s = {c['cpu_us_per_chunk']:.1f} us/chunk"
             )
+    print("\nWorkload fidelity (requested vs actual input tokens; named vs achieved offered rate):")
+    fidelity = workload_fidelity(use_vllm=not a.no_vllm)
+    print(
+        f"input_len_error_pct = {_f(fidelity['input_len_error_pct'], '{:.3f}')}  "
+        f"offered_rate_error_pct = {_f(fidelity['offered_rate_error_pct'], '{:.3f}')}"
+    )
     at_1000 = next((r for r in rows if r["streams"] == 1000), None)
-    print(f"\nmax_streams_sched_ok = {max_ok}")
-    print(f"max_streams_sched_and_tpot_ok = {max_tpot_ok}  (TPOT also within 5 %)")
+    if not levels:  # --fidelity-only: no capacity ladder was run, so there is no figure to print
+        max_ok = max_tpot_ok = None
+    else:
+        print(f"\nmax_streams_sched_ok = {max_ok}")
+        print(f"max_streams_sched_and_tpot_ok = {max_tpot_ok}  (TPOT also within 5 %)")
     if at_1000:
         print(
             f"1000 streams: median schedule delay {_f(at_1000['sched_delay_p50_ms'])} ms (< 10: {at_1000['sched_ok']}), "
@@ -346,6 +486,10 @@ def main(argv: list[str] | None = None) -> int:
         "client_capacity": rows,
         "known_timings": timing_rows,
         "client_cpu_per_chunk": clients,
+        "input_len_error_pct": fidelity["input_len_error_pct"],
+        "offered_rate_error_pct": fidelity["offered_rate_error_pct"],
+        "workload_fidelity": fidelity,
+        "loadavg_at_end": os.getloadavg(),
     }
     if a.json_path:
         Path(a.json_path).parent.mkdir(parents=True, exist_ok=True)

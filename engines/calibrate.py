@@ -106,6 +106,29 @@ def simulate_point(
     cfg = SimConfig(
         model=model, gpu=gpu, tensor_parallel=tensor_parallel, engine=engine_config, efficiency=efficiency
     )
+    schedules = point.get("schedules")
+    if schedules and not point.get("concurrency"):
+        # An open-loop point replays the exact send times it was measured with: under Poisson arrivals
+        # the medians depend on which requests happened to overlap (batch composition), and another
+        # draw of the same rate overlaps differently. Rounds are simulated apart and pooled.
+        ttft: list[np.ndarray] = []
+        tpot: list[np.ndarray] = []
+        out_tokens = 0.0
+        wall = 0.0
+        for offsets in schedules:
+            sched = wl.sample_requests(len(offsets), seed=seed)
+            sched.arrival_s = np.asarray(offsets, dtype=np.float64)
+            res = simulate(wl, cfg, schedule=sched)
+            ttft.append(res.ttft_s[~np.isnan(res.ttft_s)])
+            tpot.append(res.tpot_s[~np.isnan(res.tpot_s)])
+            out_tokens += float(res.generation_tokens)
+            wall += float(res.duration_s)
+        all_ttft, all_tpot = np.concatenate(ttft), np.concatenate(tpot)
+        return {
+            "ttft_median_s": float(np.median(all_ttft)) if all_ttft.size else None,
+            "tpot_median_s": float(np.median(all_tpot)) if all_tpot.size else None,
+            "throughput_tok_s": out_tokens / wall if wall else 0.0,
+        }
     res = simulate(wl, cfg, seed=seed, n=n)
     s = res.summary()
     return {

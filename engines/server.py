@@ -2,7 +2,8 @@
 
 Endpoints (also under any route prefix, e.g. Ray Serve's ``/d/<slug>``): ``POST /v1/chat/completions``,
 ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text with
-vLLM's metric names and a ``model_name`` label).
+vLLM's metric names and a ``model_name`` label), ``POST /tokenize`` (the prompt's token count and
+``max_model_len``, as vLLM's, so the load harness can build prompts of exact length).
 
 Two timing modes:
 
@@ -801,6 +802,9 @@ class OpenAIApp:
             elif path.endswith("/v1/completions"):
                 self._need(method, "POST")
                 await self._completion(receive, send, chat=False)
+            elif path.endswith("/tokenize"):
+                self._need(method, "POST")
+                await self._tokenize(receive, send)
             elif path.endswith("/v1/models"):
                 self._need(method, "GET")
                 await self._json(send, 200, self._models())
@@ -855,6 +859,25 @@ class OpenAIApp:
 
     async def _json(self, send, status: int, obj: dict) -> None:
         await self._raw(send, status, orjson.dumps(obj), _JSON_HEADERS)
+
+    async def _tokenize(self, receive, send) -> None:
+        """vLLM's ``POST /tokenize`` (prompt or messages): the count this engine bills, and the context."""
+        raw = b""
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            raw += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(400, f"malformed JSON: {exc}", code="invalid_json") from exc
+        chat = isinstance(body, dict) and "messages" in body
+        parsed = parse_request(body, chat=chat, model_name=self.model_name)
+        limit = self.engine.max_model_len
+        await self._json(send, 200, {"count": parsed.prompt_tokens, "max_model_len": limit})
 
     async def _completion(self, receive, send, *, chat: bool) -> None:
         chunks = []

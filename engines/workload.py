@@ -20,6 +20,21 @@ Arrival processes (inter-arrival gaps ``g``):
   one finished. A schedule for it has no arrival times (``arrival_s`` is all zeros) and
   ``concurrency = n``; the sender owns the timing.
 
+Offered rate (open-loop arrivals): a schedule of ``N`` requests offers exactly the named rate, by
+one of two conventions (``Arrival.spacing``):
+
+* ``"window"`` (default): the ``N`` gaps drawn from the process are rescaled so that they sum to
+  ``N / rate``; the first request goes at ``t = 0`` and request ``k`` at the sum of the first ``k``
+  gaps, so the stage's window (first send to one gap after the last) is ``N / rate`` seconds.
+  A ``duration`` stage holds ``N = round(rate * duration)`` requests.
+* ``"vllm"``: ``vllm bench serve``'s convention: the cumulative delays are rescaled so that the
+  ``N``-th request goes at exactly ``N / rate`` (the first one a drawn gap after ``t = 0``).
+
+Both keep the process's shape (Poisson gaps stay exponential in distribution up to the common
+factor) and both mean "``N`` requests in ``N / rate`` seconds". Raw unscaled draws would not: 100
+Poisson requests "at 8 req/s" can span 14.7 s, which offers 6.8 req/s. ``RequestSchedule.window_s``
+is the planned window, so a sender can report the rate it actually offered.
+
 Length distributions (rounded to integers, clipped to ``[min, max]``, ``min`` defaults to 1):
 
 * ``fixed(value)``, ``uniform(low, high)`` (inclusive integers), ``normal(mean, std)``,
@@ -42,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 ARRIVAL_KINDS = ("constant", "poisson", "gamma", "concurrency")
+SPACINGS = ("window", "vllm")
 LENGTH_KINDS = ("fixed", "uniform", "normal", "lognormal")
 
 
@@ -53,15 +69,18 @@ class Arrival:
     rate: float | None = None
     burstiness: float = 1.0
     concurrency: int | None = None
+    spacing: str = "window"  # how N drawn gaps are scaled to offer exactly ``rate`` (module docstring)
 
     def __post_init__(self) -> None:
         if self.kind not in ARRIVAL_KINDS:
             raise ValueError(f"unknown arrival kind {self.kind!r}")
+        if self.spacing not in SPACINGS:
+            raise ValueError(f"unknown arrival spacing {self.spacing!r}: use one of {', '.join(SPACINGS)}")
         if self.kind == "concurrency":
             if not self.concurrency or self.concurrency < 1:
                 raise ValueError("fixed_concurrency needs n >= 1")
-        elif self.rate is None or not self.rate > 0:
-            raise ValueError(f"{self.kind} arrivals need rate > 0")
+        elif self.rate is None or not math.isfinite(self.rate) or not self.rate > 0:
+            raise ValueError(f"{self.kind} arrivals need a finite rate > 0 (got {self.rate!r})")
         if not self.burstiness > 0:
             raise ValueError("burstiness must be > 0")
 
@@ -76,6 +95,8 @@ class Arrival:
         data: dict = {"kind": self.kind, "rate": self.rate}
         if self.kind == "gamma":
             data["burstiness"] = self.burstiness
+        if self.spacing != "window":
+            data["spacing"] = self.spacing
         return data
 
     @classmethod
@@ -85,7 +106,26 @@ class Arrival:
             rate=data.get("rate"),
             burstiness=data.get("burstiness", 1.0),
             concurrency=data.get("concurrency"),
+            spacing=data.get("spacing") or "window",
         )
+
+    def schedule(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+        """``n`` send offsets offering exactly ``rate`` by this arrival's spacing, and the window (s)."""
+        if n <= 0:
+            return np.zeros(0), 0.0
+        rate = float(self.rate)  # type: ignore[arg-type]
+        window = n / rate
+        gaps = self.gaps(n, rng)
+        total = float(gaps.sum())
+        if not total > 0:  # all-zero draws cannot happen for rate > 0; keep the schedule defined
+            gaps = np.full(n, 1.0 / rate)
+            total = window
+        scaled = gaps * (window / total)
+        cum = np.cumsum(scaled)
+        if self.spacing == "vllm":
+            cum[-1] = window  # exactly, not up to summation rounding
+            return cum, window
+        return np.concatenate(([0.0], cum[:-1])), window
 
     def gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` inter-arrival gaps in seconds (zeros for a closed loop)."""
@@ -211,19 +251,42 @@ def lognormal(mean: float, sigma: float, *, min: int = 1, max: int | None = None
 
 
 def load_empirical(path: str | Path) -> list[tuple[int, int]]:
-    """(input_len, output_len) pairs from a JSONL file; blank lines are skipped."""
+    """(input_len, output_len) pairs from a JSONL file; blank lines are skipped.
+
+    Every length must be a positive integer: a zero or negative length is an error naming its line,
+    never silently clipped (a file of zeros would otherwise run as a file of ones).
+    """
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the length file ({exc.strerror or exc})") from exc
+    return parse_empirical(raw, name=str(path))
+
+
+def parse_empirical(raw: bytes, *, name: str = "length file") -> list[tuple[int, int]]:
+    """``load_empirical`` on bytes already read (an upload): UTF-8 JSONL of positive lengths."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{name}: not UTF-8 text (byte {exc.start})") from exc
     pairs = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
             row = json.loads(line)
-            try:
-                pairs.append((max(1, int(row["input_len"])), max(1, int(row["output_len"]))))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"{path}:{lineno}: needs integer input_len and output_len") from exc
+            a, b = row["input_len"], row["output_len"]
+            if isinstance(a, bool) or isinstance(b, bool) or int(a) != a or int(b) != b:
+                raise ValueError
+            a, b = int(a), int(b)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{name}:{lineno}: needs integer input_len and output_len") from exc
+        if a < 1 or b < 1:
+            raise ValueError(f"{name}:{lineno}: lengths must be >= 1 (input_len {a}, output_len {b})")
+        pairs.append((a, b))
     if not pairs:
-        raise ValueError(f"{path}: no rows")
+        raise ValueError(f"{name}: no rows (the file is empty)")
     return pairs
 
 
@@ -237,6 +300,7 @@ class RequestSchedule:
     prefix_group: np.ndarray  # -1: no shared prefix
     prefix_len: np.ndarray  # tokens of the prompt that are the group's common text
     concurrency: int | None = None  # set for closed-loop workloads
+    window_s: float = 0.0  # open loop: the planned window, len / rate seconds (module docstring)
 
     def __len__(self) -> int:
         return len(self.input_len)
@@ -279,6 +343,12 @@ class Workload:
             self.empirical = load_empirical(self.empirical_path)
         if self.empirical is None and (self.input is None or self.output is None):
             raise ValueError("a workload needs input and output distributions or empirical pairs")
+        if self.empirical is not None:
+            if not self.empirical:
+                raise ValueError("empirical lengths: no pairs (the dataset is empty)")
+            for k, (a, b) in enumerate(self.empirical):
+                if a < 1 or b < 1:
+                    raise ValueError(f"empirical lengths: pair {k + 1} has a length below 1 ({a}, {b})")
         if not 0.0 <= self.shared_prefix_ratio <= 1.0:
             raise ValueError("shared_prefix_ratio must be in [0, 1]")
         if self.prefix_groups < 1:
@@ -313,6 +383,23 @@ class Workload:
             prefix_groups=int(data.get("prefix_groups", 1)),
         )
 
+    def max_lengths(self) -> tuple[int | None, int | None]:
+        """The longest input and output a sample can have (``None``: unbounded, e.g. normal without max)."""
+        if self.empirical is not None:
+            return max(p[0] for p in self.empirical), max(p[1] for p in self.empirical)
+
+        def top(d: LengthDist) -> int | None:
+            if d.kind == "fixed":
+                bound = int(round(float(d.value)))  # type: ignore[arg-type]
+            elif d.kind == "uniform":
+                bound = int(d.high)  # type: ignore[arg-type]
+            else:
+                return d.max
+            bound = max(bound, d.min)
+            return min(bound, d.max) if d.max is not None else bound
+
+        return top(self.input), top(self.output)  # type: ignore[arg-type]
+
     @property
     def mean_input_len(self) -> float:
         if self.empirical is not None:
@@ -336,32 +423,20 @@ class Workload:
         if (n is None) == (duration is None):
             raise ValueError("give exactly one of n or duration")
         rng = np.random.Generator(np.random.PCG64(seed))
-        if n is not None:
-            if n < 0:
-                raise ValueError("n must be >= 0")
-            gaps = self.arrival.gaps(n, rng)
-            arrivals = np.cumsum(gaps) - (gaps[0] if n else 0.0)
-        else:
-            if self.arrival.closed_loop:
+        if n is not None and n < 0:
+            raise ValueError("n must be >= 0")
+        if self.arrival.closed_loop:
+            if n is None:
                 raise ValueError("closed-loop (fixed_concurrency) workloads need n, not duration")
-            assert duration is not None
-            # Draw in batches until the cumulative time passes the duration; the first request is at 0.
-            expected = duration * float(self.arrival.rate)  # type: ignore[arg-type]
-            chunks: list[np.ndarray] = []
-            total = 0.0
-            batch = max(16, int(expected * 1.1) + 16)
-            while True:
-                gaps = self.arrival.gaps(batch, rng)
-                chunks.append(gaps)
-                total += float(gaps.sum())
-                if total - float(chunks[0][0]) > duration:
-                    break
-            gaps = np.concatenate(chunks)
-            arrivals = np.cumsum(gaps) - gaps[0]
-            # Summed gaps carry rounding error: ten gaps of 0.1 s add up to 0.9999999999999999, which
-            # would let an 11th request in at "t = 1 s" of a 1-second window. Compare with a tolerance.
-            arrivals = arrivals[arrivals < duration - 1e-9 * max(1.0, duration)]
-            n = len(arrivals)
+            arrivals, window = np.zeros(n), 0.0
+        else:
+            if n is None:
+                assert duration is not None
+                if not duration > 0:
+                    raise ValueError("duration must be > 0")
+                # The window holds exactly rate * duration requests (at least one).
+                n = max(1, int(round(duration * float(self.arrival.rate))))  # type: ignore[arg-type]
+            arrivals, window = self.arrival.schedule(n, rng)
         # Lengths come from a second stream so that the same seed gives the same lengths for any
         # arrival process (comparing processes then compares like with like).
         lrng = np.random.Generator(np.random.PCG64([seed, 1]))
@@ -387,4 +462,5 @@ class Workload:
             prefix_group=groups,
             prefix_len=plen,
             concurrency=self.arrival.concurrency if self.arrival.closed_loop else None,
+            window_s=window,
         )

@@ -7,7 +7,10 @@ The stored ``results`` has one shape for every mode and kind:
 - ``capacity``: the capacity goodput and how it was found (a sweep's search, or the highest level
   of a ladder/single stage that met the SLA — the report says which), with per-GPU figures;
 - ``cost``: GPU $/hour × GPUs and $ per million tokens at that goodput (docs/domain.md formula);
-- ``warnings``: everything the reader must see (client-bound stages, errors, missing usage).
+- ``warnings``: everything the reader must see (client-bound stages, errors, missing usage, a
+  stage whose lengths or offered rate differ from the named ones by more than 2 %);
+- ``cross_check`` (once asked for): per stage, the same requests replayed by ``vllm bench serve``
+  and both tools' figures side by side (``loadtest.crosscheck``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,17 @@ CSV_COLUMNS = [
     ("e2e_ms.p90", "E2E p90 (ms)"),
     ("e2e_ms.p99", "E2E p99 (ms)"),
     ("schedule_delay_ms.p50", "schedule delay p50 (ms)"),
+    ("offered.planned_offered_rate", "planned offered rate (req/s)"),
+    ("offered.achieved_offered_rate", "achieved offered rate (req/s)"),
+    ("offered.offered_rate_error_pct", "offered rate error (%)"),
+    ("lengths.input.requested.mean", "input tokens requested mean"),
+    ("lengths.input.actual.mean", "input tokens actual mean"),
+    ("lengths.input.mean_error_pct", "input length error (%)"),
+    ("lengths.output.requested.mean", "output tokens requested mean"),
+    ("lengths.output.actual.mean", "output tokens actual mean"),
+    ("lengths.output.mean_error_pct", "output length error (%)"),
+    ("lengths.source", "token counts from"),
+    ("warmup.requests", "warm-up requests (excluded)"),
     ("client_bound", "client-bound"),
     ("kv_usage_peak", "KV usage peak"),
     ("duration_s", "duration (s)"),

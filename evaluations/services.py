@@ -11,6 +11,7 @@ import threading
 import time
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -31,7 +32,8 @@ from evaluations.constants import (
 from evaluations.models import BenchmarkRun
 from evaluations.reports import build_results
 from loadtest import Sla, StageConfig, SweepConfig, Target, find_capacity, run_ladder, run_stage
-from loadtest.runner import HarnessError, arrival_at
+from loadtest.crosscheck import CrossCheckError, unavailable_reason
+from loadtest.runner import HarnessError, arrival_at, cross_check_stage
 from loadtest.sweep import DEFAULT_TARGET_ATTAINMENT
 
 MAX_LADDER_LEVELS = 20
@@ -50,6 +52,30 @@ def _validate_workload(workload: dict) -> Workload:
         return Workload.from_dict(workload)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValidationError({"workload": f"Invalid workload: {exc}"}) from exc
+
+
+def _validate_context(wl: Workload, *, deployment, model_version) -> None:
+    """Refuse lengths the served context cannot hold, before anything is queued."""
+    if deployment is not None and getattr(deployment, "max_model_len", None):
+        limit, what = (
+            int(deployment.max_model_len),
+            f"the deployment's max_model_len ({deployment.max_model_len})",
+        )
+    elif model_version is not None:
+        limit, what = (
+            int(model_version.model.max_context),
+            f"the model's context ({model_version.model.max_context})",
+        )
+    else:
+        return
+    top_in, top_out = wl.max_lengths()
+    if top_in is not None and top_out is not None and top_in + top_out > limit:
+        raise ValidationError(
+            {
+                "workload": f"Requested lengths up to {top_in} input + {top_out} output tokens exceed "
+                f"{what} tokens: lower them or cap the distribution's max."
+            }
+        )
 
 
 def _validate_sla(sla: dict) -> Sla:
@@ -91,6 +117,14 @@ def _validate_stage(stage: dict) -> StageConfig:
     return cfg
 
 
+def _local_tokenizer_dir(uri: str) -> str:
+    """A weights URI that is a local model directory with ``tokenizer.json`` (``file://`` or a path)."""
+    path = uri[len("file://") :] if uri.startswith("file://") else uri
+    if path.startswith("/") and (Path(path) / "tokenizer.json").is_file():
+        return path
+    return ""
+
+
 def _snapshot(
     *, deployment, model_version, gpu_type, gpus: int | None, tensor_parallel: int, replicas: int
 ) -> dict:
@@ -125,6 +159,8 @@ def _snapshot(
             precision=model_version.precision,
             framework=model_version.framework,
         )
+        if tok := _local_tokenizer_dir(model_version.weights_uri or ""):
+            snap["tokenizer_dir"] = tok
     if gpu_type is not None:
         snap.update(
             gpu_type=gpu_type.name, gpu_type_id=gpu_type.pk, gpu_usd_per_hour=str(gpu_hourly_cost(gpu_type))
@@ -160,10 +196,18 @@ def benchmark_run_create(
     sweep: dict | None = None,
     stage: dict | None = None,
     sampling: dict | None = None,
+    tokenizer_dir: str = "",
     name: str = "",
     enqueue: bool = True,
 ) -> BenchmarkRun:
-    """Validate, snapshot the target, save a queued run and (after commit) enqueue its task."""
+    """Validate, snapshot the target, save a queued run and (after commit) enqueue its task.
+
+    ``tokenizer_dir``: a local directory with the served model's ``tokenizer.json``; prompts are
+    then built to exact token counts locally (without one, the harness asks the server). A catalog
+    version whose weights URI is such a directory supplies it by itself.
+    """
+    if tokenizer_dir and not (Path(tokenizer_dir) / "tokenizer.json").is_file():
+        raise ValidationError({"tokenizer_dir": f"No tokenizer.json in {tokenizer_dir}."})
     wl = _validate_workload(workload)
     sla_obj = _validate_sla(sla)
     stage_cfg = _validate_stage(stage or {})
@@ -224,6 +268,9 @@ def benchmark_run_create(
         tensor_parallel=tensor_parallel,
         replicas=replicas,
     )
+    if tokenizer_dir:
+        snapshot["tokenizer_dir"] = tokenizer_dir
+    _validate_context(wl, deployment=deployment, model_version=model_version)
     if kind == RunKind.PREDICTED and deployment is not None and deployment.gpu_type_id is None:
         raise ValidationError({"deployment": "A predicted run needs a deployment with a GPU type."})
     run = BenchmarkRun.objects.create(
@@ -371,6 +418,7 @@ def _target_for(run: BenchmarkRun) -> Target:
         if run.target_kind != TargetKind.DEPLOYMENT
         else "",
         sampling=run.sampling or {},
+        tokenizer=(run.snapshot or {}).get("tokenizer_dir", "") if run.api == "completions" else "",
     )
 
 
@@ -452,8 +500,10 @@ def _execute(run: BenchmarkRun, progress: _ProgressWriter) -> tuple[dict, list]:
     sweep_cfg = SweepConfig.from_dict(run.sweep)
     target = _target_for(run)
     stage_fn = run_stage
+    engine = None
     if run.kind == RunKind.PREDICTED:
-        stage_fn = _predicted_engine(run).stage
+        engine = _predicted_engine(run)
+        stage_fn = engine.stage
         stage_cfg.warmup_requests = 0
     started = time.monotonic()
     sweep_record = None
@@ -497,10 +547,123 @@ def _execute(run: BenchmarkRun, progress: _ProgressWriter) -> tuple[dict, list]:
         sweep=sweep_record,
     )
     results["kind"] = run.kind
+    if engine is not None:
+        results["prediction"] = _prediction_basis(engine)
     results["wall_s"] = time.monotonic() - started
     results["workload"] = run.workload
     return results, series
 
 
+def _prediction_basis(engine) -> dict:
+    """Which efficiencies a predicted run used, and the error interval they come with.
+
+    The console's predicted runs use the documented default efficiencies of the GPU preset: no
+    calibration on measured points of this configuration backs them, so there are no held-out
+    residuals and no interval to give; the page says exactly that rather than showing a bare number.
+    """
+    from engines.perf import default_efficiency
+
+    cfg = engine.config
+    eff = cfg.efficiency or default_efficiency(cfg.gpu.name)
+    return {
+        "calibration": f"default efficiencies for {cfg.gpu.name} (engines.perf), not calibrated on measurements",
+        "efficiency": eff.as_dict(),
+        "interval_pct": None,
+        "interval_why": "no held-out measurements of this configuration; calibrate with benchmarks.vllm_cpu_points "
+        "and benchmarks.simulator (docs/engines.md) to get one",
+    }
+
+
 def _at(workload: Workload, level: float) -> Workload:
     return replace(workload, arrival=arrival_at(workload.arrival, level))
+
+
+# --- cross-check with vLLM's own benchmark --------------------------------------------------------
+
+
+def _cross_check_blocker(run: BenchmarkRun) -> str | None:
+    if run.status != RunStatus.SUCCEEDED:
+        return "Only a finished run can be cross-checked."
+    if run.kind != RunKind.MEASURED:
+        return "A predicted run sent no requests: there is nothing for vLLM to replay."
+    if run.mode == RunMode.SWEEP:
+        return "Cross-check a single or ladder run: a sweep's stages are chosen as it goes."
+    if (run.results or {}).get("cross_check", {}).get("status") in ("queued", "running"):
+        return "A cross-check of this run is already under way."
+    return unavailable_reason(
+        tokenizer_dir=(run.snapshot or {}).get("tokenizer_dir"), target=_target_for(run)
+    )
+
+
+def benchmark_run_cross_check_request(*, run: BenchmarkRun, actor, enqueue: bool = True) -> BenchmarkRun:
+    """Ask for the run's stages to be replayed with ``vllm bench serve``; refused with a reason when impossible."""
+    if reason := _cross_check_blocker(run):
+        raise ValidationError(reason)
+    with transaction.atomic():
+        locked = BenchmarkRun.objects.select_for_update().get(pk=run.pk)
+        results = dict(locked.results or {})
+        before = results.get("cross_check", {}).get("status")
+        results["cross_check"] = {"status": "queued", "tool": "vllm bench serve", "stages": []}
+        locked.results = results
+        locked.save(update_fields=["results"])
+        audit_record(
+            actor=actor,
+            action="benchmark_run.cross_check",
+            target=locked,
+            before={"cross_check": before},
+            after={"cross_check": "queued"},
+            reason="replay the run's requests with vllm bench serve",
+        )
+        if enqueue:
+            transaction.on_commit(lambda: _enqueue_cross_check(run.pk))
+    run.refresh_from_db()
+    return run
+
+
+def _enqueue_cross_check(run_id: int) -> None:
+    from evaluations.tasks import benchmark_run_cross_check_task
+
+    benchmark_run_cross_check_task.delay(run_id)
+
+
+def _set_cross_check(run_id: int, value: dict) -> None:
+    with transaction.atomic():
+        locked = BenchmarkRun.objects.select_for_update().get(pk=run_id)
+        results = dict(locked.results or {})
+        results["cross_check"] = value
+        locked.results = results
+        locked.save(update_fields=["results"])
+
+
+def benchmark_run_cross_check_execute(*, run_id: int) -> dict:
+    """Replay each stage of a finished run with ``vllm bench serve`` and store both tools' figures."""
+    run = BenchmarkRun.objects.get(pk=run_id)
+    state = (run.results or {}).get("cross_check") or {}
+    if state.get("status") not in ("queued", None):
+        return state
+    target = _target_for(run)
+    workload = Workload.from_dict(run.workload)
+    stage_cfg = StageConfig(**{k: v for k, v in run.stage.items() if k in StageConfig.__dataclass_fields__})
+    stage_cfg.warmup_requests = 0
+    tokenizer_dir = (run.snapshot or {}).get("tokenizer_dir", "")
+    _set_cross_check(run_id, {"status": "running", "tool": "vllm bench serve", "stages": []})
+    out: list[dict] = []
+    try:
+        for summary in run.results.get("stages", []):
+            level = summary.get("level")
+            wl = _at(workload, level) if run.mode == RunMode.LADDER else workload
+            check = cross_check_stage(
+                target=target, workload=wl, stage=stage_cfg, summary=summary, tokenizer_dir=tokenizer_dir
+            )
+            out.append({"stage": summary.get("stage"), "level": level, **check})
+    except (CrossCheckError, HarnessError, OSError) as exc:
+        state = {"status": "failed", "tool": "vllm bench serve", "stages": out, "error": str(exc)[:2000]}
+    else:
+        state = {
+            "status": "done",
+            "tool": "vllm bench serve",
+            "stages": out,
+            "finished_at": timezone.now().isoformat(),
+        }
+    _set_cross_check(run_id, state)
+    return state

@@ -34,6 +34,14 @@ def benchmark_run_execute_task(run_id: int) -> dict:
     return {"id": run.pk, "status": run.status}
 
 
+@shared_task(name="evaluations.benchmark_run_cross_check", soft_time_limit=6 * 3600, time_limit=6 * 3600 + 60)
+def benchmark_run_cross_check_task(run_id: int) -> str:
+    """Replay a finished run with ``vllm bench serve`` (the service records failures on the run)."""
+    from evaluations.services import benchmark_run_cross_check_execute
+
+    return benchmark_run_cross_check_execute(run_id=run_id).get("status", "")
+
+
 @shared_task(name="evaluations.benchmark_runs_reap_stale", soft_time_limit=60, time_limit=90)
 def benchmark_runs_reap_stale_task() -> int:
     """Mark running benchmarks without a heartbeat for two minutes as failed."""

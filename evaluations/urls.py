@@ -13,6 +13,7 @@ urlpatterns = [
     path("<int:pk>/", views.RunDetailView.as_view(), name="run_detail"),
     path("<int:pk>/progress/", views.RunProgressView.as_view(), name="run_progress"),
     path("<int:pk>/cancel/", views.RunCancelView.as_view(), name="run_cancel"),
+    path("<int:pk>/cross-check/", views.RunCrossCheckView.as_view(), name="run_cross_check"),
     path("<int:pk>/export.json", views.RunExportJsonView.as_view(), name="run_export_json"),
     path("<int:pk>/export.csv", views.RunExportCsvView.as_view(), name="run_export_csv"),
 ]

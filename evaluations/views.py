@@ -18,7 +18,11 @@ from evaluations import selectors
 from evaluations.forms import FIELD_GROUPS, BenchmarkRunForm, CompareForm, RunFilterForm
 from evaluations.models import BenchmarkRun
 from evaluations.reports import chart_data, results_csv
-from evaluations.services import benchmark_run_cancel, benchmark_run_create
+from evaluations.services import (
+    benchmark_run_cancel,
+    benchmark_run_create,
+    benchmark_run_cross_check_request,
+)
 from governor.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 
 PAGE_SIZE = 25
@@ -121,6 +125,25 @@ class RunCancelView(PlatformAdminRequiredMixin, View):
         if request.htmx:
             return HttpResponseClientRedirect(run.get_absolute_url())
         return redirect(run)
+
+
+class RunCrossCheckView(PlatformAdminRequiredMixin, View):
+    """Queue a replay of the run with ``vllm bench serve``; a run that cannot be replayed says why."""
+
+    def post(self, request, pk: int):
+        run = _get_run(pk)
+        try:
+            benchmark_run_cross_check_request(run=run, actor=request.user)
+        except ValidationError as exc:
+            # 409: the run exists but is in no state to be replayed; the page says why.
+            messages.error(request, " ".join(exc.messages))
+            response = RunDetailView().get(request, pk)
+            response.status_code = 409
+            return response
+        messages.success(request, f"Benchmark #{run.pk}: cross-check with vllm bench serve queued.")
+        if request.htmx:
+            return HttpResponseClientRedirect(run.get_absolute_url())
+        return redirect(f"{run.get_absolute_url()}#cross-check")
 
 
 def _export_payload(run: BenchmarkRun) -> dict:

@@ -32,6 +32,9 @@ class Target:
     sampling: dict = field(default_factory=lambda: {"temperature": 0.0, "ignore_eos": True})
     request_timeout_s: float = 300.0
     connect_timeout_s: float = 10.0
+    # The served model's tokenizer.json (or its directory): prompts are then built to exact token
+    # counts locally; without it the harness asks the server (``loadtest.tokens``).
+    tokenizer: str = ""
 
     @property
     def url(self) -> str:
@@ -59,6 +62,10 @@ class Target:
             "stream_options": {"include_usage": True},
             **self.sampling,
         }
+        if self.sampling.get("ignore_eos"):
+            # ignore_eos alone still lets a stop string or a length-limited detokenizer end early;
+            # min_tokens pins the output length exactly as vLLM's bench does.
+            payload.setdefault("min_tokens", max_tokens)
         if self.api == API_CHAT:
             payload["messages"] = [{"role": "user", "content": prompt}]
         else:

@@ -23,6 +23,9 @@ import numpy as np
 from .records import ERROR_TYPES, RequestRecord
 
 SCHEDULE_DELAY_LIMIT_MS = 10.0
+# The sent workload must be the named one: mean actual vs requested lengths, and the achieved
+# offered rate vs the named rate, may differ by at most this much before the report says so.
+WORKLOAD_TOLERANCE_PCT = 2.0
 PERCENTILES = (50, 90, 95, 99)
 CLIENT_BOUND_WARNING = (
     "CLIENT-BOUND: median schedule delay {median:.1f} ms > 10 ms. The client sent requests late, "
@@ -203,3 +206,97 @@ def finite_or_none(x: float | None) -> float | None:
     if x is None or not math.isfinite(x):
         return None
     return x
+
+
+def _length_stats(values: list[int]) -> dict:
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        return {"n": 0, "mean": None, "p50": None, "p90": None, "min": None, "max": None}
+    p50, p90 = np.percentile(arr, (50, 90))
+    return {
+        "n": int(arr.size),
+        "mean": float(arr.mean()),
+        "p50": float(p50),
+        "p90": float(p90),
+        "min": int(arr.min()),
+        "max": int(arr.max()),
+    }
+
+
+def _pct(actual: float | None, wanted: float | None) -> float | None:
+    if actual is None or not wanted:
+        return None
+    return (actual - wanted) / wanted * 100.0
+
+
+def length_report(records: list[RequestRecord], planned: list, *, source: str, described: str = "") -> dict:
+    """Requested vs actual input and output tokens of the requests that succeeded.
+
+    ``planned`` holds the stage's ``PlannedRequest``s (``prompt_tokens`` and ``max_tokens`` are what
+    was asked); actual counts are the server's ``usage``. A mean off by more than 2 % is a warning:
+    the stage then did not send the workload it names.
+    """
+    by_index = {p.index: p for p in planned}
+    sent = [r for r in records if r.ok and r.index in by_index and not r.usage_missing]
+    out: dict = {"source": source, "source_detail": described, "warnings": []}
+    for name, want_of, got_of in (
+        ("input", lambda p: p.prompt_tokens, lambda r: r.prompt_tokens),
+        ("output", lambda p: p.max_tokens, lambda r: r.output_tokens),
+    ):
+        requested = _length_stats([want_of(by_index[r.index]) for r in sent])
+        actual = _length_stats([got_of(r) for r in sent])
+        err = _pct(actual["mean"], requested["mean"])
+        out[name] = {"requested": requested, "actual": actual, "mean_error_pct": err}
+        if err is not None and abs(err) > WORKLOAD_TOLERANCE_PCT:
+            out["warnings"].append(
+                f"LENGTH MISMATCH: mean actual {name} {actual['mean']:.1f} tokens vs requested "
+                f"{requested['mean']:.1f} ({err:+.1f} % > {WORKLOAD_TOLERANCE_PCT:g} %): this stage did not "
+                f"send the {name} lengths it names (token counts from {source})."
+            )
+    return out
+
+
+def offered_rate_report(
+    records: list[RequestRecord], planned: list, *, named_rate: float, window_s: float
+) -> dict:
+    """Named, planned and achieved offered rate of an open-loop stage.
+
+    The planned offered rate is ``N / window`` (the schedule's convention, ``engines.workload``).
+    The achieved one is the planned rate divided by the slope of actual against planned send times
+    (Theil-Sen: the median of pairwise slopes): a client that keeps its schedule has slope 1, one
+    that falls steadily behind stretches the window by the slope. A robust slope rather than first
+    and last send, so that a few late sends (a connection being opened, a GC pause) do not pass
+    for a changed rate.
+    """
+    # A request that never went out has no send time (0.0) and an error; one sent at t = 0 is kept.
+    sent = sorted((r for r in records if r.sent_s or not r.error), key=lambda r: r.planned_s)
+    n = len(planned)
+    planned_rate = n / window_s if window_s > 0 else None
+    achieved = None
+    if planned_rate is not None and len(sent) >= 3:
+        x = np.array([r.planned_s for r in sent])
+        y = np.array([r.sent_s for r in sent])
+        if len(x) > 400:  # pairwise slopes are O(n^2): an even subsample keeps the estimate cheap
+            pick = np.linspace(0, len(x) - 1, 400).astype(int)
+            x, y = x[pick], y[pick]
+        i, j = np.triu_indices(len(x), k=1)
+        dx = x[j] - x[i]
+        keep = dx > 1e-9
+        if keep.any():
+            slope = float(np.median((y[j] - y[i])[keep] / dx[keep]))
+            achieved = planned_rate * len(sent) / n / max(slope, 1e-9)
+    err = _pct(achieved, named_rate)
+    figures = {
+        "named_rate": named_rate,
+        "planned_offered_rate": planned_rate,
+        "achieved_offered_rate": achieved,
+        "offered_rate_error_pct": err,
+        "window_s": window_s,
+    }
+    warnings = []
+    if err is not None and abs(err) > WORKLOAD_TOLERANCE_PCT:
+        warnings.append(
+            f"RATE MISMATCH: achieved offered rate {achieved:.3g} req/s vs the named {named_rate:g} req/s "
+            f"({err:+.1f} % > {WORKLOAD_TOLERANCE_PCT:g} %): the client did not offer the load this stage names."
+        )
+    return {"figures": figures, "warnings": warnings}

@@ -8,6 +8,7 @@ warms the server up, spreads the requests over client processes, scrapes the eng
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import subprocess
@@ -23,10 +24,11 @@ from engines.workload import Arrival, Workload
 
 from .client import Target
 from .loadgen import MODE_CONCURRENCY, MODE_RATE, PlannedRequest, ProcessPlan, run_async, run_process_plan
-from .metrics import Sla, summarize
-from .prompts import build_prompts
+from .metrics import Sla, length_report, offered_rate_report, summarize
+from .prompts import _WORDS, PromptLengthError, build_prompts
 from .records import RequestRecord
 from .scrape import MetricsScraper
+from .tokens import TokenCounter, token_counter_for
 
 # One uvloop process keeps about this many 20 token/s streams on time on the reference machine
 # (docs/benchmarks.md); above it the load is split over more client processes.
@@ -87,8 +89,48 @@ def arrival_at(arrival: Arrival, level: float) -> Arrival:
     return replace(arrival, rate=float(level))
 
 
-def build_plan(workload: Workload, stage: StageConfig) -> tuple[str, list[PlannedRequest], int]:
-    """The stage's schedule as (mode, planned requests, concurrency)."""
+@dataclass(slots=True)
+class Plan:
+    """A stage's schedule: mode, requests, concurrency and (open loop) the planned window in seconds."""
+
+    mode: str
+    requests: list[PlannedRequest]
+    concurrency: int
+    window_s: float = 0.0
+    prefix: dict[int, tuple[int, int]] = field(default_factory=dict)  # index -> (group, prefix tokens)
+
+    def __iter__(self):  # (mode, requests, concurrency), as callers unpack it
+        return iter((self.mode, self.requests, self.concurrency))
+
+
+_COUNTERS: dict[tuple, TokenCounter] = {}
+
+
+def counter_for(target: Target) -> TokenCounter:
+    """The target's token counter, learned once per (server, model, API, tokenizer) in this process."""
+    key = (target.base_url, target.model, target.api, target.tokenizer)
+    if key not in _COUNTERS:
+        probes = [" ".join(_WORDS[(7 * k) % len(_WORDS)] for k in range(n)) for n in (8, 24, 64)]
+        _COUNTERS[key] = token_counter_for(target, probe_texts=probes)
+    return _COUNTERS[key]
+
+
+def check_lengths(workload: Workload, sched, counter: TokenCounter) -> None:
+    """Refuse a schedule the model cannot serve (nothing is sent): input + output above the context."""
+    limit = counter.max_model_len
+    if limit is None or not len(sched):
+        return
+    total = sched.input_len + sched.output_len
+    worst = int(total.argmax())
+    if int(total[worst]) > limit:
+        raise HarnessError(
+            f"requested length {int(sched.input_len[worst])} input + {int(sched.output_len[worst])} output "
+            f"tokens exceeds the model's context of {limit} tokens: lower the lengths or their maximum"
+        )
+
+
+def build_plan(workload: Workload, stage: StageConfig, counter: TokenCounter | None = None) -> Plan:
+    """The stage's schedule (mode, planned requests, concurrency, window), prompts exact for ``counter``."""
     arrival = workload.arrival
     if arrival.closed_loop:
         conc = int(arrival.concurrency or 1)
@@ -105,12 +147,18 @@ def build_plan(workload: Workload, stage: StageConfig) -> tuple[str, list[Planne
         else:
             sched = workload.sample_requests(duration=stage.duration_s or 30.0, seed=stage.seed)
         mode = MODE_RATE
-    prompts = build_prompts(
-        input_len=sched.input_len,
-        prefix_group=sched.prefix_group,
-        prefix_len=sched.prefix_len,
-        seed=stage.seed,
-    )
+    if counter is not None:
+        check_lengths(workload, sched, counter)
+    try:
+        prompts = build_prompts(
+            input_len=sched.input_len,
+            prefix_group=sched.prefix_group,
+            prefix_len=sched.prefix_len,
+            seed=stage.seed,
+            counter=counter,
+        )
+    except PromptLengthError as exc:
+        raise HarnessError(str(exc)) from exc
     reqs = [
         PlannedRequest(index=i, offset_s=float(a), prompt=p, max_tokens=int(o), prompt_tokens=int(n_in))
         for i, (a, p, o, n_in) in enumerate(
@@ -123,7 +171,12 @@ def build_plan(workload: Workload, stage: StageConfig) -> tuple[str, list[Planne
             )
         )
     ]
-    return mode, reqs, conc
+    prefix = {
+        i: (int(g), int(p))
+        for i, (g, p) in enumerate(zip(sched.prefix_group.tolist(), sched.prefix_len.tolist(), strict=True))
+        if g >= 0
+    }
+    return Plan(mode, reqs, conc, float(sched.window_s), prefix)
 
 
 def auto_processes(*, mode: str, concurrency: int, requests: list[PlannedRequest], workload: Workload) -> int:
@@ -221,9 +274,16 @@ def run_stage(
     stage: StageConfig,
     sla: Sla,
     progress: Progress | None = None,
+    counter: TokenCounter | None = None,
 ) -> StageResult:
-    """Run one stage against ``target`` and summarise it (never raises for server-side errors)."""
-    mode, reqs, conc = build_plan(workload, stage)
+    """Run one stage against ``target`` and summarise it (never raises for server-side errors).
+
+    Raises ``HarnessError`` before sending anything when the stage cannot be what it names (an
+    empty schedule, lengths above the model's context).
+    """
+    counter = counter or counter_for(target)
+    plan_ = build_plan(workload, stage, counter)
+    mode, reqs, conc = plan_
     if not reqs:
         raise HarnessError("the stage's schedule is empty: raise the duration or the rate")
     processes = stage.processes or auto_processes(
@@ -232,13 +292,20 @@ def run_stage(
     offered = workload.arrival.to_dict()
     notes: list[str] = []
 
+    warmup: dict = {"requests": 0, "failed": 0}
     if stage.warmup_requests:
-        _warm_up(target, workload, stage)
+        warm_records = _warm_up(target, workload, stage, counter)
+        warmup = {"requests": len(warm_records), "failed": sum(1 for r in warm_records if not r.ok)}
 
     if mode == MODE_RATE:
         expected_s = reqs[-1].offset_s + 0.06 * workload.mean_output_len + 0.5
     else:
         expected_s = stage.duration_s or (len(reqs) / max(conc, 1)) * (0.06 * workload.mean_output_len + 0.5)
+    # A full collection walks the caller's whole heap (a Celery worker or a test process with Django
+    # loaded: half a second on a busy machine). Do it before the epoch and freeze what survives, so
+    # the collections inside the stage only walk the stage's own objects.
+    gc.collect()
+    gc.freeze()
     t0 = time.time() + (EPOCH_LEAD_S if processes > 1 else 0.05)
     scraper = MetricsScraper(target.metrics_url, interval_s=stage.scrape_interval_s, t0_wall=t0).start()
     try:
@@ -267,11 +334,22 @@ def run_stage(
             records = _run_subprocesses(plans, progress=progress, expected_s=expected_s)
     finally:
         series = scraper.stop()
+        gc.unfreeze()
     if note := scraper.note():
         notes.append(note)
     records.sort(key=lambda r: r.index)
     offered["processes"] = len(plans)
     summary = summarize(records, sla=sla, offered=offered)
+    # Warm-up requests are in no figure above; they are counted here, apart.
+    summary["warmup"] = warmup
+    summary["lengths"] = length_report(records, reqs, source=counter.source, described=counter.describe())
+    summary["warnings"].extend(summary["lengths"]["warnings"])
+    if mode == MODE_RATE:
+        rate_check = offered_rate_report(
+            records, reqs, named_rate=float(workload.arrival.rate or 0), window_s=plan_.window_s
+        )
+        summary["offered"].update(rate_check["figures"])
+        summary["warnings"].extend(rate_check["warnings"])
     summary["kv_usage_peak"] = max((s.get("kv_usage", 0.0) for s in series), default=None)
     summary["waiting_peak"] = max((s.get("waiting", 0.0) for s in series), default=None)
     if progress is not None:
@@ -279,12 +357,16 @@ def run_stage(
     return StageResult(summary=summary, series=series, records=records, notes=notes)
 
 
-def _warm_up(target: Target, workload: Workload, stage: StageConfig) -> None:
+def _warm_up(
+    target: Target, workload: Workload, stage: StageConfig, counter: TokenCounter | None
+) -> list[RequestRecord]:
     """A few requests at low concurrency before measuring, so lazy init is not in the numbers."""
     warm = Workload.from_dict({**workload.to_dict(), "arrival": {"kind": "concurrency", "concurrency": 4}})
-    _, reqs, _ = build_plan(warm, StageConfig(num_requests=stage.warmup_requests, seed=stage.seed + 10_000))
+    _, reqs, _ = build_plan(
+        warm, StageConfig(num_requests=stage.warmup_requests, seed=stage.seed + 10_000), counter
+    )
     plan = ProcessPlan(target=target, mode=MODE_CONCURRENCY, requests=reqs, concurrency=min(4, len(reqs)))
-    run_async(run_process_plan(plan, epoch_wall=time.time()))
+    return run_async(run_process_plan(plan, epoch_wall=time.time()))
 
 
 def run_ladder(
@@ -307,3 +389,35 @@ def run_ladder(
 
         results.append(run_stage(target=target, workload=wl, stage=stage, sla=sla, progress=sub))
     return results
+
+
+def cross_check_stage(
+    *,
+    target: Target,
+    workload: Workload,
+    stage: StageConfig,
+    summary: dict,
+    tokenizer_dir: str,
+    timeout_s: float = 1800.0,
+) -> dict:
+    """Replay a stage this harness ran with ``vllm bench serve`` and compare (``crosscheck``).
+
+    The plan is rebuilt from the same workload and seed, so the requests, their lengths and their
+    planned times are the ones the stage sent; a closed-loop stage replays the requests it got to.
+    """
+    from .crosscheck import compare, run_vllm_bench
+
+    plan = build_plan(workload, stage, counter_for(target))
+    reqs = plan.requests
+    if plan.mode == MODE_CONCURRENCY:
+        reqs = reqs[: max(1, int(summary.get("requests") or len(reqs)))]
+    result = run_vllm_bench(
+        target=target,
+        tokenizer_dir=tokenizer_dir,
+        requests=reqs,
+        mode=plan.mode,
+        concurrency=plan.concurrency,
+        prefix=plan.prefix,
+        timeout_s=timeout_s,
+    )
+    return compare(summary, result, requests=reqs, mode=plan.mode)

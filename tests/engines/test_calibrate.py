@@ -127,3 +127,20 @@ def test_cpu_fit_recovers_request_overhead_and_predicts_held_out_levels():
     held = result.predict([point({"concurrency": 2}), point({"concurrency": 4})])
     errors = result.median_abs_error_pct(held)
     assert errors["ttft"] < 5 and errors["tpot"] < 5
+
+
+def test_an_open_loop_point_is_replayed_at_its_own_send_times():
+    """Poisson medians depend on which requests overlapped: the point's recorded schedule is replayed."""
+    eff = default_efficiency("H100")
+    base = {"rate": 4.0, "input_len": 2048, "output_len": 64, "ttft_median_s": 0.1, "tpot_median_s": 0.01}
+    burst = {**base, "schedules": [[0.0] * 16]}
+    spread = {**base, "schedules": [[i * 5.0 for i in range(16)]]}
+    kw = {"model": LLAMA8B, "gpu": H100, "engine_config": ENGINE, "efficiency": eff}
+    at_once = simulate_point(burst, **kw)
+    apart = simulate_point(spread, **kw)
+    # Sixteen 2k prompts at once queue behind each other's prefill; five seconds apart they never meet.
+    assert at_once["ttft_median_s"] > 2 * apart["ttft_median_s"]
+    assert at_once["tpot_median_s"] > apart["tpot_median_s"]
+    # Two rounds pool their requests: the median of (burst + spread) lies between the two.
+    both = simulate_point({**base, "schedules": burst["schedules"] + spread["schedules"]}, **kw)
+    assert apart["ttft_median_s"] <= both["ttft_median_s"] <= at_once["ttft_median_s"]

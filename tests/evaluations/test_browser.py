@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from tests.support.browser import browser, login, page  # noqa: F401 (fixtures)
-
 from tests.support.servers import paced_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -47,6 +46,15 @@ def test_admin_starts_a_run_watches_it_finish_and_reads_the_report(
         assert page.locator(f"#{chart}").bounding_box()["height"] > 50
     csv_resp = page.request.get(page.url + "export.csv")
     assert csv_resp.ok and csv_resp.text().count("\n") == 3
+    # What each stage sent against what it names: one row per stage, rates and lengths measured.
+    assert page.locator("#workload-check tbody tr").count() == 2
+    assert "req/s" in page.inner_text("#workload-check tbody tr >> nth=0")
+    # The cross-check button says why it cannot run here (no local tokenizer files for this URL).
+    report_url = page.url
+    page.click("#cross-check-button")
+    alert = page.wait_for_selector(".alert-danger[role=alert]")
+    assert "cross-check" in alert.inner_text().lower() or "tokenizer" in alert.inner_text()
+    page.goto(report_url)
     # Compare with itself from the report page.
     page.click("text=Compare…")
     page.click("form[action$='/compare/'] button[type=submit]")

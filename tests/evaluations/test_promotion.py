@@ -122,7 +122,9 @@ def test_routes_take_only_approved_or_serving_versions(gpu, admin_user):
     route = ModelRouteFactory()
     with pytest.raises(ValidationError, match="production routes take only approved or serving"):
         route_target_set(route=route, deployment=draft, weight=10, actor="system:test")
-    assert route_target_set(route=route, deployment=draft, weight=0, actor="system:test").weight == 0  # a drained target is fine
+    assert (
+        route_target_set(route=route, deployment=draft, weight=0, actor="system:test").weight == 0
+    )  # a drained target is fine
     serving = DeploymentFactory(model_version=ModelVersionFactory(lifecycle="serving"), gpu_type=gpu)
     assert route_target_set(route=route, deployment=serving, weight=100, actor="system:test").weight == 100
 

@@ -8,9 +8,9 @@ from django.core.exceptions import ValidationError
 from evaluations.models import BenchmarkRun
 from evaluations.services import benchmark_run_cancel, benchmark_run_create, benchmark_run_execute
 from tests.factories import GpuTypeFactory, ModelVersionFactory
+from tests.support.servers import free_port, paced_server
 
 from .factories import DeploymentFactory
-from tests.support.servers import free_port, paced_server
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,6 @@ from engines.workload import Workload, constant, uniform
 from evaluations.reports import build_results
 from loadtest import Sla, StageConfig, Target, run_stage
 from loadtest.runner import StageResult
-
 from tests.support.servers import ROOT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

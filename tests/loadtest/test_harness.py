@@ -10,7 +10,6 @@ from loadtest.metrics import summarize
 from loadtest.records import RequestRecord
 from loadtest.scrape import parse_prometheus
 from loadtest.sweep import usd_per_million_tokens
-
 from tests.support.servers import engines_fixed_server, free_port, paced_server
 
 

@@ -6,6 +6,8 @@ Examples::
     manage.py benchmark --deployment 3 --mode sweep --ttft-ms 1000 --tpot-ms 50 --duration 30
     manage.py benchmark --kind predicted --model-version 2 --gpu-type 1 --tp 2 --mode sweep
     manage.py benchmark --deployment 3 --mode ladder --arrival concurrency --ladder 1,8,32 --num-requests 200
+    manage.py benchmark --url http://127.0.0.1:8000/v1 --model tiny --tokenizer var/models/tiny-llama \
+        --rate 2 --num-requests 40 --cross-check vllm
 
 The run is stored like one started from the console (same row, same report); ``--enqueue`` hands
 it to a Celery worker instead of running it in this process.
@@ -21,7 +23,12 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from evaluations.constants import RunKind, RunMode, TargetKind
-from evaluations.services import benchmark_run_create, benchmark_run_execute
+from evaluations.services import (
+    benchmark_run_create,
+    benchmark_run_cross_check_execute,
+    benchmark_run_cross_check_request,
+    benchmark_run_execute,
+)
 
 
 def _length(kind: str, value: str) -> dict:
@@ -49,6 +56,11 @@ class Command(BaseCommand):
         t.add_argument("--gateway", action="store_true", help="through the gateway (GATEWAY_PUBLIC_URL)")
         t.add_argument("--model", default="", help="model name to request")
         t.add_argument("--api", choices=["completions", "chat"], default="completions")
+        t.add_argument(
+            "--tokenizer",
+            default="",
+            help="directory with the served model's tokenizer.json: prompts exact in tokens, built locally",
+        )
         t.add_argument("--kind", choices=RunKind.values, default=RunKind.MEASURED)
         t.add_argument("--model-version", type=int, help="catalog version id (predicted spec / cost basis)")
         t.add_argument("--gpu-type", type=int, help="GPU type id (predicted spec / cost basis)")
@@ -62,6 +74,13 @@ class Command(BaseCommand):
         )
         w.add_argument("--rate", type=float, default=1.0, help="req/s (start rate of a sweep)")
         w.add_argument("--burstiness", type=float, default=1.0)
+        w.add_argument(
+            "--spacing",
+            choices=["window", "vllm"],
+            default="window",
+            help="how N drawn gaps offer the named rate: first at 0 and N gaps in N/rate s (window), "
+            "or the N-th request at N/rate s (vllm bench serve's convention)",
+        )
         w.add_argument("--concurrency", type=int, default=1)
         w.add_argument("--ladder", default="", help="comma-separated rates or concurrencies")
         w.add_argument("--input-len", default="512")
@@ -86,6 +105,11 @@ class Command(BaseCommand):
         o.add_argument("--name", default="")
         o.add_argument("--enqueue", action="store_true", help="run on a Celery worker instead of here")
         o.add_argument("--json", dest="json_path", help="also write the report to this file")
+        o.add_argument(
+            "--cross-check",
+            choices=["vllm"],
+            help="after the run, replay its requests and arrival times with `vllm bench serve` and compare",
+        )
 
     def handle(self, *args, **o) -> None:
         from catalog.selectors import gpu_type_find, model_version_find
@@ -111,6 +135,8 @@ class Command(BaseCommand):
                 arrival = {"kind": "concurrency", "concurrency": o["concurrency"]}
             else:
                 arrival = {"kind": o["arrival"], "rate": o["rate"]}
+                if o["spacing"] != "window":
+                    arrival["spacing"] = o["spacing"]
                 if o["arrival"] == "gamma":
                     arrival["burstiness"] = o["burstiness"]
             workload = {
@@ -156,6 +182,7 @@ class Command(BaseCommand):
                     "processes": o["processes"],
                     "seed": o["seed"],
                 },
+                tokenizer_dir=o["tokenizer"],
                 name=o["name"],
                 enqueue=o["enqueue"],
             )
@@ -167,7 +194,33 @@ class Command(BaseCommand):
             return
         run = benchmark_run_execute(run_id=run.pk, on_progress=self._bar)
         self.stderr.write("")
+        if o["cross_check"] and run.status == "succeeded":
+            self._cross_check(run, actor)
+            run.refresh_from_db()
         self._report(run, o["json_path"])
+
+    def _cross_check(self, run, actor) -> None:
+        """Replay the run with ``vllm bench serve`` in this process and print both tools side by side."""
+        try:
+            benchmark_run_cross_check_request(run=run, actor=actor, enqueue=False)
+        except ValidationError as exc:
+            raise CommandError(f"cross-check: {' '.join(exc.messages)}") from exc
+        self.stderr.write("replaying the run with vllm bench serve …")
+        state = benchmark_run_cross_check_execute(run_id=run.pk)
+        if state["status"] != "done":
+            raise CommandError(f"cross-check failed: {state.get('error', state['status'])}")
+        for st in state["stages"]:
+            self.stdout.write(
+                f"cross-check, stage {st['stage']} ({st['requests']} requests): {st['command']}"
+            )
+            self.stdout.write(f"{'figure':<26} {'governor':>12} {'vllm bench':>12} {'diff':>8}")
+            for row in st["rows"]:
+                ours = "-" if row["governor"] is None else f"{row['governor']:.2f}"
+                theirs = "-" if row["vllm"] is None else f"{row['vllm']:.2f}"
+                diff = "-" if row["diff_pct"] is None else f"{row['diff_pct']:+.1f}%"
+                self.stdout.write(
+                    f"{row['metric'] + (' (' + row['unit'] + ')' if row['unit'] else ''):<26} {ours:>12} {theirs:>12} {diff:>8}"
+                )
 
     _last = 0.0
 
