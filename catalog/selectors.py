@@ -138,3 +138,22 @@ def gpu_type_find(*, pk: int | None) -> GpuType | None:
 def catalog_counts() -> dict[str, int]:
     """How many model versions and GPU types the catalog holds (the home page's summary)."""
     return {"version_count": ModelVersion.objects.count(), "gpu_count": GpuType.objects.count()}
+
+
+def model_all() -> QuerySet[Model]:
+    """Every model by name (choices in forms; the catalog's model list annotates counts instead)."""
+    return Model.objects.order_by("name")
+
+
+def model_get(*, pk: int | None = None, name: str | None = None) -> Model:
+    """One model by id or name (raises ``Model.DoesNotExist``)."""
+    return Model.objects.get(pk=pk) if pk is not None else Model.objects.get(name=name)
+
+
+def model_version_queryset() -> QuerySet[ModelVersion]:
+    """Versions with what their pages show joined in (for lookups by id in views)."""
+    return ModelVersion.objects.select_related("model", "baseline", "gate_override_by")
+
+
+def model_version_exists(*, model_name: str, label: str) -> bool:
+    return ModelVersion.objects.filter(model__name=model_name, label=label).exists()

@@ -29,7 +29,7 @@ def gpu_hourly_cost(gpu_type: GpuType) -> Decimal:
     """$ per GPU-hour: the owned-GPU TCO when its inputs are complete, else the rental price.
 
     TCO/hour = purchase / (years * 8766) + power_kW * PUE * $/kWh + datacenter_ops_per_month / 730.5
-    (DOMAIN.md "Cost": depreciation, power, datacenter and operations, not just a rental price).
+    (docs/domain.md "Capacity and cost": depreciation, power, datacenter and operations, not just a rental price).
     """
     g = gpu_type
     tco_inputs = (g.purchase_price_usd, g.depreciation_years, g.power_kw, g.pue, g.electricity_usd_per_kwh)

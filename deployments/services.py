@@ -446,7 +446,7 @@ def deployment_faults_set(*, deployment: Deployment, faults: dict, actor, reason
         d,
         EventKind.FAULTS,
         actor,
-        "faults injected" if clean else "faults cleared",
+        ("faults injected" if clean else "faults cleared") + (f": {reason}" if reason else ""),
         before,
         {"faults": clean},
     )

@@ -2,7 +2,16 @@
 
 from django.contrib import admin
 
-from evaluations.models import BenchmarkRun
+from evaluations.models import (
+    BenchmarkRun,
+    EvalCaseResult,
+    EvalRun,
+    EvalSuite,
+    EvalSuiteVersion,
+    GateDecision,
+    GatePolicy,
+    GateRun,
+)
 from governor.admin_views import ReadOnlyAdmin
 
 
@@ -24,3 +33,45 @@ class BenchmarkRunAdmin(ReadOnlyAdmin):
     search_fields = ("name", "model_name")
     raw_id_fields = ("deployment", "model_version", "gpu_type", "created_by")
     readonly_fields = ("results", "series", "snapshot")
+
+
+@admin.register(EvalSuite)
+class EvalSuiteAdmin(ReadOnlyAdmin):
+    list_display = ("name", "description", "created_at")
+    search_fields = ("name",)
+
+
+@admin.register(EvalSuiteVersion)
+class EvalSuiteVersionAdmin(ReadOnlyAdmin):
+    list_display = ("suite", "number", "case_count", "checksum", "created_at")
+    list_filter = ("suite",)
+
+
+@admin.register(EvalRun)
+class EvalRunAdmin(ReadOnlyAdmin):
+    list_display = ("id", "suite_version", "deployment", "status", "progress", "label", "created_at")
+    list_filter = ("status", "label")
+
+
+@admin.register(EvalCaseResult)
+class EvalCaseResultAdmin(ReadOnlyAdmin):
+    list_display = ("run", "case_id", "category", "score", "latency_ms")
+    list_filter = ("category",)
+
+
+@admin.register(GatePolicy)
+class GatePolicyAdmin(ReadOnlyAdmin):
+    list_display = ("model", "number", "gpu_type", "created_at")
+    list_filter = ("model",)
+
+
+@admin.register(GateRun)
+class GateRunAdmin(ReadOnlyAdmin):
+    list_display = ("id", "model_version", "mode", "status", "created_at")
+    list_filter = ("status", "mode")
+
+
+@admin.register(GateDecision)
+class GateDecisionAdmin(ReadOnlyAdmin):
+    list_display = ("id", "model_version", "kind", "verdict", "label", "created_at")
+    list_filter = ("kind", "verdict", "label")

@@ -9,10 +9,16 @@ the INT4 round-to-nearest candidate has a poor JSON-extraction profile and fails
 
 from __future__ import annotations
 
-from catalog.models import GpuType, Model, ModelVersion
+from catalog.selectors import (
+    gpu_type_get,
+    model_get,
+    model_version_by_label,
+    model_version_exists,
+    model_version_queryset,
+)
 from catalog.services import model_version_create, model_version_set_quality_profile
 from deployments.constants import EngineKind, Pool
-from deployments.models import Deployment
+from deployments.selectors import deployment_list
 from deployments.services import deployment_create
 from evaluations.evalruns import eval_builtin_suites_register
 from evaluations.gates import DEFAULT_PERFORMANCE, DEFAULT_QUALITY, DEFAULT_STABILITY, gate_policy_save
@@ -76,8 +82,8 @@ def seed_demo(*, users: dict, tenants: dict) -> None:
     admin = users.get("admin")
     eval_builtin_suites_register(actor=admin or "system:seed")
     for spec in EXTRA_VERSIONS:
-        model = Model.objects.get(name=spec["model"])
-        if not ModelVersion.objects.filter(model=model, label=spec["label"]).exists():
+        model = model_get(name=spec["model"])
+        if not model_version_exists(model_name=spec["model"], label=spec["label"]):
             model_version_create(
                 actor=admin,
                 model=model,
@@ -85,16 +91,16 @@ def seed_demo(*, users: dict, tenants: dict) -> None:
                 precision=spec["precision"],
                 weights_uri=spec["weights_uri"],
                 lifecycle=spec["lifecycle"],
-                baseline=ModelVersion.objects.get(model=model, label="bf16"),
+                baseline=model_version_by_label(model_name=spec["model"], label="bf16"),
             )
     for (model_name, label), profile in PROFILES.items():
-        version = ModelVersion.objects.filter(model__name=model_name, label=label).first()
+        version = model_version_queryset().filter(model__name=model_name, label=label).first()
         if version is not None and not version.quality_profile:
             model_version_set_quality_profile(version=version, profile=profile, actor=admin or "system:seed")
     for spec in CANDIDATE_DEPLOYMENTS:
-        if Deployment.objects.live().filter(slug=spec["slug"]).exists():
+        if deployment_list().filter(slug=spec["slug"]).exists():
             continue
-        version = ModelVersion.objects.get(model__name=spec["model"], label=spec["label"])
+        version = model_version_by_label(model_name=spec["model"], label=spec["label"])
         if version.lifecycle in ("rejected", "retired"):
             continue
         deployment_create(
@@ -103,7 +109,7 @@ def seed_demo(*, users: dict, tenants: dict) -> None:
             slug=spec["slug"],
             model_version=version,
             engine_kind=EngineKind.SIMULATED,
-            gpu_type=GpuType.objects.get(name=spec["gpu"]),
+            gpu_type=gpu_type_get(name=spec["gpu"]),
             tensor_parallel_size=1,
             pool=Pool.ONLINE,
             num_replicas=1,
@@ -112,12 +118,12 @@ def seed_demo(*, users: dict, tenants: dict) -> None:
             max_num_batched_tokens=8192,
         )
     for model_name, gpu_name in POLICIES.items():
-        model = Model.objects.get(name=model_name)
+        model = model_get(name=model_name)
         if GatePolicy.objects.filter(model=model).exists():
             continue
         gate_policy_save(
             model=model,
-            gpu_type=GpuType.objects.get(name=gpu_name),
+            gpu_type=gpu_type_get(name=gpu_name),
             quality=DEMO_QUALITY,
             performance=DEMO_PERFORMANCE,
             stability=DEMO_STABILITY,

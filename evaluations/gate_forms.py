@@ -6,13 +6,18 @@ the three gate objects ``evaluations.gates.gate_policy_save`` validates (and nam
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django import forms
 
-from catalog.models import GpuType, Model
+from catalog.selectors import gpu_type_list, model_all
 from evaluations.constants import EvidenceLabel, GateKind, GateMode, Verdict
 from evaluations.forms import _bs
 from evaluations.gates import DEFAULT_PERFORMANCE, DEFAULT_QUALITY, DEFAULT_STABILITY
 from evaluations.models import EvalSuite, GatePolicy
+
+if TYPE_CHECKING:
+    from catalog.models import Model
 
 
 class SuiteUploadForm(forms.Form):
@@ -46,9 +51,7 @@ class EvalRunForm(forms.Form):
 class DecisionFilterForm(forms.Form):
     """Query parameters of the Gates page and its exports."""
 
-    model = forms.ModelChoiceField(
-        queryset=Model.objects.order_by("name"), required=False, empty_label="any model"
-    )
+    model = forms.ModelChoiceField(queryset=model_all(), required=False, empty_label="any model")
     version = forms.IntegerField(
         required=False, min_value=1, widget=forms.NumberInput(attrs={"placeholder": "version id"})
     )
@@ -103,9 +106,7 @@ def _f(required: bool = False, **kw) -> forms.FloatField:
 class GatePolicyForm(forms.Form):
     """One flat field per limit (empty = no limit); ``service_kwargs`` builds the three gate objects."""
 
-    gpu_type = forms.ModelChoiceField(
-        queryset=GpuType.objects.order_by("name"), label="GPU type the gates run on"
-    )
+    gpu_type = forms.ModelChoiceField(queryset=gpu_type_list(), label="GPU type the gates run on")
     reason = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 2}), help_text="Why this change (audited)"
     )

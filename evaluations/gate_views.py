@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from typing import TYPE_CHECKING
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -19,7 +20,7 @@ from django.urls import reverse
 from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseClientRefresh
 
-from catalog.models import Model, ModelVersion
+from catalog.selectors import model_all, model_version_queryset
 from evaluations import evalruns, gates, selectors
 from evaluations.constants import GateKind
 from evaluations.gate_forms import (
@@ -32,6 +33,9 @@ from evaluations.gate_forms import (
 )
 from evaluations.models import EvalRun, EvalSuite, GateDecision
 from governor.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
+
+if TYPE_CHECKING:
+    from catalog.models import ModelVersion
 
 PAGE_SIZE = 25
 
@@ -196,7 +200,7 @@ class VersionGatesView(ReadsEverythingRequiredMixin, View):
     """A version's gate checklist; the catalog's version page loads the partial with htmx."""
 
     def get(self, request, pk: int):
-        version = get_object_or_404(ModelVersion.objects.select_related("model", "gate_override_by"), pk=pk)
+        version = get_object_or_404(model_version_queryset(), pk=pk)
         context = version_gates_context(request, version)
         if request.htmx and request.GET.get("was_active") and context["active_run"] is None:
             # The run just ended: reload the whole page so the promotion buttons follow the verdicts.
@@ -208,7 +212,7 @@ class VersionGatesView(ReadsEverythingRequiredMixin, View):
 
 class GateRunStartView(PlatformAdminRequiredMixin, View):
     def post(self, request, pk: int):
-        version = get_object_or_404(ModelVersion.objects.select_related("model"), pk=pk)
+        version = get_object_or_404(model_version_queryset(), pk=pk)
         form = GateRunForm(request.POST)
         if form.is_valid():
             try:
@@ -234,13 +238,13 @@ class GateRunStartView(PlatformAdminRequiredMixin, View):
 
 class PolicyListView(ReadsEverythingRequiredMixin, View):
     def get(self, request):
-        models = [(m, selectors.gate_policy_current(model_id=m.pk)) for m in Model.objects.order_by("name")]
+        models = [(m, selectors.gate_policy_current(model_id=m.pk)) for m in model_all()]
         return render(request, "evaluations/gatepolicy_list.html", {"models": models})
 
 
 class PolicyDetailView(ReadsEverythingRequiredMixin, View):
     def get(self, request, model_pk: int):
-        model = get_object_or_404(Model, pk=model_pk)
+        model = get_object_or_404(model_all(), pk=model_pk)
         history = list(selectors.gate_policy_history(model_id=model.pk))
         return render(
             request,
@@ -256,12 +260,12 @@ class PolicyEditView(PlatformAdminRequiredMixin, View):
         return render(request, "evaluations/gatepolicy_form.html", context, status=status)
 
     def get(self, request, model_pk: int):
-        model = get_object_or_404(Model, pk=model_pk)
+        model = get_object_or_404(model_all(), pk=model_pk)
         form = GatePolicyForm(model=model, current=selectors.gate_policy_current(model_id=model.pk))
         return self._render(request, model, form)
 
     def post(self, request, model_pk: int):
-        model = get_object_or_404(Model, pk=model_pk)
+        model = get_object_or_404(model_all(), pk=model_pk)
         form = GatePolicyForm(request.POST, model=model)
         if form.is_valid():
             try:

@@ -10,7 +10,7 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from catalog.models import ModelVersion
+from catalog.selectors import model_version_queryset
 from evaluations import evalruns, gates, selectors
 from evaluations.api.gate_serializers import (
     EvalRunSerializer,
@@ -101,7 +101,7 @@ class VersionGatesView(APIView):
 
     @extend_schema(responses=GateStatusSerializer)
     def get(self, request, pk: int):
-        version = get_object_or_404(ModelVersion.objects.select_related("model"), pk=pk)
+        version = get_object_or_404(model_version_queryset(), pk=pk)
         return Response(GateStatusSerializer(selectors.version_gate_status(version=version)).data)
 
 
@@ -112,7 +112,7 @@ class GateRunStartView(APIView):
 
     @extend_schema(request=GateRunStartSerializer, responses={201: GateRunSerializer})
     def post(self, request, pk: int):
-        version = get_object_or_404(ModelVersion.objects.select_related("model"), pk=pk)
+        version = get_object_or_404(model_version_queryset(), pk=pk)
         body = GateRunStartSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:

@@ -95,10 +95,10 @@ def test_version_transition_through_console_and_api_records_actor_and_states(adm
     event = trail.one("model_version.transition", "admin")
     assert (event.before, event.after) == ({"lifecycle": "draft"}, {"lifecycle": "candidate"})
     response = admin_client.post(
-        f"/api/catalog/versions/{version.pk}/transition/", {"to": "approved"}, content_type="application/json"
+        f"/api/catalog/versions/{version.pk}/transition/", {"to": "rejected"}, content_type="application/json"
     )
     assert response.status_code == 200
-    assert trail.one("model_version.transition", "admin").after == {"lifecycle": "approved"}
+    assert trail.one("model_version.transition", "admin").after == {"lifecycle": "rejected"}
     refused = admin_client.post(
         f"/api/catalog/versions/{version.pk}/transition/", {"to": "draft"}, content_type="application/json"
     )
