@@ -20,10 +20,10 @@ import aiohttp
 import orjson
 import redis.asyncio as aioredis
 
+from asgistream import BodyPusher
 from gateway import metrics as m
 from gateway.config import GatewayConfig, load_config
 from gateway.limits import REASONS, Limiter
-from gateway.push import BodyPusher
 from gateway.redisfast import FastRedis
 from gateway.router import Router
 from gateway.snapshot import ALERTS_LIST, KeyInfo, SnapshotHolder, Target, TenantInfo, period_key
