@@ -29,7 +29,7 @@ from gateway.router import Router
 from gateway.snapshot import ALERTS_LIST, KeyInfo, SnapshotHolder, Target, TenantInfo, period_key
 from gateway.spool import Shipper, SpoolWriter
 from gateway.upstream import UpstreamPool
-from gateway.validation import BadRequest, estimate_prompt_tokens, validate
+from gateway.validation import BadRequest, estimate_prompt_tokens, prompt_token_bound, validate
 
 log = logging.getLogger("gateway")
 
@@ -321,6 +321,8 @@ class Gateway:
                 kind, body, absurd_max_tokens=cfg.absurd_max_tokens
             )
             prompt_est = estimate_prompt_tokens(kind, body)
+            # The hold must cover whatever the engine can count (tools, schemas, template).
+            prompt_bound = prompt_token_bound(kind, body, len(body_raw))
         except BadRequest as exc:
             await send_error(
                 send,
@@ -399,7 +401,7 @@ class Gateway:
         in_p = price.input_nanos if price else 0
         out_p = price.output_nanos if price else 0
         tokens_est = prompt_est + max_tokens * n
-        hold = prompt_est * in_p + max_tokens * n * out_p
+        hold = prompt_bound * in_p + max_tokens * n * out_p
         budget = tenant.budget
         now = started_at
         pkey = ""
