@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         workers=args.workers if args.workers > 1 else None,
         loop="uvloop",
-        http="httptools",
+        # uvicorn's httptools protocol with a cap on request heads (431 past GATEWAY_MAX_HEADER_BYTES).
+        http="gateway.protocol:HeaderLimitedHttpToolsProtocol",
         lifespan="on",
         log_level=args.log_level,
         access_log=args.access_log,

@@ -50,10 +50,20 @@ def error_body(message: str, type_: str, code: str | None = None, param: str | N
     return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
 
 
+def new_request_id() -> bytes:
+    return uuid.uuid4().hex.encode()
+
+
 async def send_json(send, status: int, body: bytes, headers: list | None = None) -> None:
+    """Every response the gateway writes carries an ``x-request-id`` (admitted requests use their
+    usage event's id, so support can find the event; rejections get a fresh one)."""
     h = [JSON_CT, (b"content-length", str(len(body)).encode())]
     if headers:
         h.extend(headers)
+        if not any(k == b"x-request-id" for k, _ in headers):
+            h.append((b"x-request-id", new_request_id()))
+    else:
+        h.append((b"x-request-id", new_request_id()))
     await send({"type": "http.response.start", "status": status, "headers": h})
     await send({"type": "http.response.body", "body": body})
 
@@ -71,6 +81,14 @@ async def send_error(
     if reason:
         m.child(m.REJECTIONS, reason).inc()
     await send_json(send, status, error_body(message, type_, code, param), headers)
+
+
+def _may_use(key: KeyInfo, tenant: TenantInfo, route) -> bool:
+    """A key may use a route when its tenant may (``tenant_ids`` empty = every tenant) and the key's
+    allowed models, if it has a list, name it."""
+    if route.tenant_ids is not None and tenant.id not in route.tenant_ids:
+        return False
+    return key.models is None or route.name in key.models
 
 
 class _Period:
@@ -102,7 +120,6 @@ class Gateway:
         self._tasks: list[asyncio.Task] = []
         self._periods = _Period()
         self._name = f"{socket.gethostname()}:{os.getpid()}"
-        self._key_cache: dict[bytes, tuple[str, KeyInfo | None, int]] = {}
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -157,6 +174,16 @@ class Gateway:
         t = scope["type"]
         if t == "http":
             path = scope["path"]
+            if self._head_too_large(scope):
+                await send_error(
+                    send,
+                    431,
+                    f"request headers larger than {self.config.max_header_bytes} bytes",
+                    "invalid_request_error",
+                    "headers_too_large",
+                    reason="headers_too_large",
+                )
+                return
             if path == "/v1/chat/completions" or path == "/v1/completions":
                 if scope["method"] != "POST":
                     await send_error(send, 405, "use POST", "invalid_request_error", "method_not_allowed")
@@ -172,7 +199,7 @@ class Gateway:
                     {
                         "type": "http.response.start",
                         "status": 200,
-                        "headers": [(b"content-type", ct.encode())],
+                        "headers": [(b"content-type", ct.encode()), (b"x-request-id", new_request_id())],
                     }
                 )
                 await send({"type": "http.response.body", "body": body})
@@ -212,6 +239,13 @@ class Gateway:
 
     # --- auth ---------------------------------------------------------------------------------
 
+    def _head_too_large(self, scope) -> bool:
+        limit = self.config.max_header_bytes if self.config else 32 * 1024
+        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        for k, v in scope["headers"]:
+            size += len(k) + len(v) + 4
+        return size > limit
+
     def _authenticate(self, headers) -> tuple[KeyInfo | None, TenantInfo | None, str | None, bytes | None]:
         """Returns (key, tenant, error message, session header value)."""
         auth = None
@@ -225,15 +259,10 @@ class Gateway:
         if not auth:
             return None, None, "missing API key: send 'Authorization: Bearer <key>'", session
         snap = self.snapshots.current
-        # Hashing is cheap but the cache also skips the bytes→str work; it is per snapshot version.
-        cached = self._key_cache.get(auth)
-        if cached is None or cached[2] != snap.version:
-            token = auth[7:] if auth[:7].lower() == b"bearer " else auth
-            digest = hashlib.sha256(token.strip()).hexdigest()
-            if len(self._key_cache) > 10000:
-                self._key_cache.clear()
-            cached = self._key_cache[auth] = (digest, snap.keys.get(digest), snap.version)
-        key = cached[1]
+        # No cache keyed by what the client sent (it grew with every invalid key): hashing a key is
+        # about a microsecond and the snapshot's dict holds only keys that exist.
+        token = auth[7:] if auth[:7].lower() == b"bearer " else auth
+        key = snap.keys.get(hashlib.sha256(token.strip()).hexdigest())
         if key is None:
             return None, None, "invalid API key", session
         if key.revoked:
@@ -254,7 +283,7 @@ class Gateway:
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "governor"}
             for name, r in sorted(snap.routes.items())
-            if r.targets and (key.models is None or name in key.models)
+            if r.targets and _may_use(key, tenant, r)
         ]
         await send_json(send, 200, orjson.dumps({"object": "list", "data": data}))
 
@@ -336,26 +365,16 @@ class Gateway:
             return
         snap = self.snapshots.current
         route = snap.routes.get(model)
-        if route is None or not route.targets:
+        if route is None or not route.targets or not _may_use(key, tenant, route):
+            # One answer for "no such model" and "not yours": which names exist is not disclosed.
             await send_error(
                 send,
                 404,
-                f"the model '{model}' does not exist",
+                f"the model '{model}' does not exist or you do not have access to it",
                 "invalid_request_error",
                 "model_not_found",
                 "model",
                 reason="unknown_model",
-            )
-            return
-        if key.models is not None and model not in key.models:
-            await send_error(
-                send,
-                403,
-                f"this API key may not use the model '{model}'",
-                "permission_error",
-                "model_not_allowed",
-                "model",
-                reason="model_not_allowed",
             )
             return
         if tenant.max_input_tokens and prompt_est > tenant.max_input_tokens:
