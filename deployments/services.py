@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from audit.services import audit_record
 from deployments.compiler import effective_kv_cache_dtype, effective_precision
 from deployments.constants import DesiredState, EngineKind, EventKind, ScalingMode
 from deployments.models import Deployment, DeploymentEvent, ModelRoute, RouteTarget
@@ -314,10 +315,27 @@ def deployment_delete(*, deployment: Deployment, actor) -> Deployment:
 
 
 @transaction.atomic
-def model_route_save(*, route: ModelRoute) -> ModelRoute:
-    """Create or update a route (public model name) and republish the gateway snapshot."""
+def model_route_save(*, route: ModelRoute, allowed_tenants=None, actor=None) -> ModelRoute:
+    """Create or update a route (public model name) and republish the gateway snapshot.
+
+    ``allowed_tenants`` (tenants or their ids; None leaves them as they are, empty allows every
+    tenant) restricts which tenants' keys may use the name; a change is audited.
+    """
     route.full_clean()
     route.save()
+    if allowed_tenants is not None:
+        before = sorted(route.allowed_tenants.values_list("pk", flat=True))
+        after = sorted({getattr(t, "pk", t) for t in allowed_tenants})
+        if before != after:
+            route.allowed_tenants.set(after)
+            audit_record(
+                actor=actor or "controller",
+                action="model_route.tenants_set",
+                target=route,
+                before={"allowed_tenants": before},
+                after={"allowed_tenants": after},
+                reason="route restricted to tenants" if after else "route open to every tenant",
+            )
     routes_section_publish_on_commit()
     return route
 
