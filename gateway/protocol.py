@@ -20,6 +20,8 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 MAX_HEADER_BYTES = int(os.environ.get("GATEWAY_MAX_HEADER_BYTES") or 32 * 1024)
+# How long a stopping worker keeps an idle keep-alive connection open (see ``shutdown``).
+DRAIN_IDLE_S = float(os.environ.get("GATEWAY_DRAIN_IDLE_S") or 2.0)
 
 
 def head_too_large_response(limit: int) -> bytes:
@@ -43,7 +45,8 @@ def head_too_large_response(limit: int) -> bytes:
 
 
 class HeaderLimitedHttpToolsProtocol(HttpToolsProtocol):
-    """Closes the connection with a 431 once a request's head grows past the limit."""
+    """Closes the connection with a 431 once a request's head grows past the limit, and drains
+    idle keep-alive connections gently when the worker stops."""
 
     max_head_bytes = MAX_HEADER_BYTES
 
@@ -51,15 +54,44 @@ class HeaderLimitedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._in_head = True
         self._head_bytes = 0
+        self._receiving = False
+        self._draining = False
 
     def on_message_begin(self) -> None:
         self._in_head = True
+        self._receiving = True
         self._head_bytes = 0
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._receiving = False
         super().on_headers_complete()
+        if self._draining and self.cycle is not None:
+            self.cycle.keep_alive = False  # answer it, with "connection: close", then close
+
+    def shutdown(self) -> None:
+        """The worker is stopping (SIGTERM, or a rolling restart).
+
+        uvicorn closes an idle keep-alive connection at once, so a request the client has just sent
+        on it (still in flight, or half-read) is lost and the client sees a reset. Instead, an idle
+        connection stays open for ``DRAIN_IDLE_S``: a request arriving meanwhile is answered with
+        ``connection: close``; a busy one finishes its response and closes, as in uvicorn.
+        """
+        if self.cycle is None or self.cycle.response_complete:
+            self._draining = True
+            self.loop.call_later(DRAIN_IDLE_S, self._close_if_idle)
+        else:
+            self.cycle.keep_alive = False
+
+    def _close_if_idle(self) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self._receiving or (self.cycle is not None and not self.cycle.response_complete):
+            # A request arrived: its response closes the connection (keep_alive is off).
+            self.loop.call_later(0.1, self._close_if_idle)
+            return
+        self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self.parser is None:  # already answered 431 and closing
