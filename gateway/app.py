@@ -27,6 +27,7 @@ from gateway.limits import REASONS, Limiter
 from gateway.redisfast import FastRedis
 from gateway.router import Router
 from gateway.snapshot import ALERTS_LIST, KeyInfo, SnapshotHolder, Target, TenantInfo, period_key
+from gateway.spool import SCHEMA_VERSION as SPOOL_SCHEMA_VERSION
 from gateway.spool import Shipper, SpoolWriter
 from gateway.upstream import UpstreamPool
 from gateway.validation import BadRequest, estimate_prompt_tokens, prompt_token_bound, validate
@@ -703,6 +704,7 @@ class _Request:
         if self.ttft is not None and self.completion_tokens > 1:
             tpot = (e2e - self.ttft) / (self.completion_tokens - 1) * 1000
         return {
+            "schema_version": SPOOL_SCHEMA_VERSION,
             "event_id": str(self.event_id),
             "tenant_id": self.tenant.id,
             "api_key_id": self.key.id,
