@@ -51,11 +51,13 @@ def _text_bytes(content) -> int:
 # Fields besides ``messages``/``prompt`` that a chat template renders into the prompt (and the
 # engine counts): tool and function definitions, structured-output schemas.
 RENDERED_FIELDS = ("tools", "functions", "response_format", "tool_choice", "guided_json")
-# Per-message, per-tool and fixed template text (role markers, tool-use preambles, the date line
-# some templates add to the system prompt), in tokens; generous next to Llama 3, Qwen 2 and Mistral.
+# Per-message, per-tool and fixed template text, in tokens; generous next to Llama 3.x (role
+# headers ~5 per message; ~25 for the date lines of its default system prompt; ~100 of tool-use
+# instructions), Qwen 2.5 (~20 default system prompt; ~100 of tool instructions) and Mistral.
 TEMPLATE_PER_MESSAGE = 16
 TEMPLATE_PER_TOOL = 32
-TEMPLATE_FIXED = 256
+TEMPLATE_FIXED = 64
+TEMPLATE_TOOLS_PREAMBLE = 256
 # An image or audio part: a flat allowance (its tokens depend on the model's encoder, not its bytes).
 MEDIA_PART_TOKENS = 4096
 
@@ -134,7 +136,8 @@ def prompt_token_bound(kind: str, body: dict, raw_size: int) -> int:
     A byte-level BPE tokenizer (GPT, Llama 3, Qwen, Mistral's tekken) emits at most one token per
     byte of text, and the request's JSON (``raw_size`` bytes) holds every byte of text the template
     renders from it, escapes only making it longer. What the template adds on top is bounded
-    separately: its fixed text and role markers (``TEMPLATE_*``), and the whitespace of a template
+    separately: its fixed text, role markers and tool-use instructions (``TEMPLATE_*``), and the
+    whitespace of a template
     that re-indents JSON (``tojson(indent=4)``), at most one whitespace run, pre-tokenized into at
     most two tokens, per structural character of the rendered fields. Images and audio count
     ``MEDIA_PART_TOKENS`` each. The safety factor over the typical estimate is therefore about 3x
@@ -142,12 +145,14 @@ def prompt_token_bound(kind: str, body: dict, raw_size: int) -> int:
     """
     _, structural, tools = _rendered_extras(body)
     messages = len(body.get("messages") or ()) if kind == "chat" else 1
+    preamble = TEMPLATE_TOOLS_PREAMBLE if structural else 0
     return (
         raw_size
         + 2 * structural
         + TEMPLATE_PER_MESSAGE * messages
         + TEMPLATE_PER_TOOL * tools
         + TEMPLATE_FIXED
+        + preamble
         + MEDIA_PART_TOKENS * _media_parts(body)
     )
 

@@ -16,14 +16,21 @@ import openai
 import pytest
 from django.urls import reverse
 
+from deployments.services import routes_section_publish
 from tests.deployments.factories import DeploymentFactory, ModelRouteFactory, RouteTargetFactory
-from tests.gateway.conftest import start_engine
+from tests.gateway.conftest import start_engine, wait_until
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 
 def _version(gateway: str) -> int:
     return httpx.get(gateway + "/healthz").json()["snapshot_version"]
+
+
+def _models_ok(gateway: str, secret: str) -> bool:
+    return httpx.get(
+        gateway + "/v1/models", headers={"Authorization": f"Bearer {secret}"}, timeout=30
+    ).is_success
 
 
 def _applied(gateway: str, before: int) -> None:
@@ -43,6 +50,10 @@ def test_tenant_creates_key_uses_it_hits_limits_and_sees_usage(
         settings.RAY_SERVE_URL = engine_url.removesuffix("/v1")
         dep = DeploymentFactory(slug="acme-llama", status="RUNNING", served_model_name="llama-3.1-8b")
         RouteTargetFactory(route=ModelRouteFactory(public_name="acme-chat"), deployment=dep, weight=100)
+        # The factories write rows directly: publish the routes section as the services would.
+        v = _version(gateway)
+        routes_section_publish()
+        _applied(gateway, v)
 
         v = _version(gateway)
         with django_capture_on_commit_callbacks(execute=True):
@@ -101,7 +112,8 @@ def test_tenant_creates_key_uses_it_hits_limits_and_sees_usage(
                 {"tenant": tenant.pk, "name": "batch", "rpm_limit": 0, "tpm_limit": 0},
             )
         batch = openai.OpenAI(base_url=gateway + "/v1", api_key=r.context["secret"], max_retries=0)
-        time.sleep(0.5)
+        # The new key works once the gateway applied the snapshot that carries it.
+        wait_until(lambda: _models_ok(gateway, r.context["secret"]), what="the new key accepted")
         codes = []
         for _ in range(8):
             try:

@@ -12,7 +12,7 @@ import pytest
 from billing.models import UsageEvent
 from billing.services.keys import api_key_create, api_key_revoke
 from billing.services.prices import price_set
-from tests.gateway.conftest import publish, route
+from tests.gateway.conftest import publish, route, wait_shipped
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -156,7 +156,8 @@ def test_errors_are_openai_shaped_and_nothing_is_metered(setup, tenant, admin_us
     with pytest.raises(openai.AuthenticationError) as exc:
         client(setup).chat.completions.create(model="sim-llama", messages=[{"role": "user", "content": "x"}])
     assert "revoked" in exc.value.body["message"]
-    time.sleep(1.0)
+    # The shipper has caught up with everything spooled, so an event would be in the table by now.
+    wait_shipped(gw)
     assert UsageEvent.objects.filter(tenant=tenant).count() == 0
 
 
