@@ -73,13 +73,13 @@ params = {
     "seed": json_values,
 }
 chat_body = st.fixed_dictionaries(
-    {"model": st.just(MODEL), "messages": st.lists(message, min_size=0, max_size=4)},
-    optional=params,
+    {"model": params["model"], "messages": st.lists(message, min_size=0, max_size=4)},
+    optional={k: v for k, v in params.items() if k != "model"},
 )
 text_body = st.fixed_dictionaries(
-    {"model": st.just(MODEL)},
+    {"model": params["model"]},
     optional={
-        **params,
+        **{k: v for k, v in params.items() if k != "model"},
         "prompt": st.one_of(
             st.text(max_size=100),
             st.lists(st.one_of(st.text(max_size=20), st.integers(0, 50000))),
@@ -87,12 +87,37 @@ text_body = st.fixed_dictionaries(
         ),
     },
 )
+# Well-formed requests with valid and odd-but-legal optional parameters: the admitted side.
+valid_chat = st.fixed_dictionaries(
+    {
+        "model": st.just(MODEL),
+        "messages": st.lists(
+            st.fixed_dictionaries({"role": st.just("user"), "content": st.text(min_size=1, max_size=80)}),
+            min_size=1,
+            max_size=3,
+        ),
+    },
+    optional={
+        "max_tokens": st.integers(1, 8),
+        "stream": st.booleans(),
+        "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}),
+        "temperature": st.floats(0, 2),
+        "tools": st.lists(json_values, max_size=3),
+        "response_format": json_values,
+        "user": st.text(max_size=20),
+        "metadata": json_values,
+    },
+)
+valid_text = st.fixed_dictionaries(
+    {"model": st.just(MODEL), "prompt": st.text(min_size=1, max_size=80)},
+    optional={"max_tokens": st.integers(1, 8), "stream": st.booleans(), "echo": json_values},
+)
 raw_body = st.one_of(
     st.binary(max_size=300), st.just(b""), st.just(b"null"), st.just(b"[]"), st.just(b'{"model":')
 )
 header_name = st.from_regex(r"\Ax-[a-z0-9-]{1,20}\Z")
 header_value = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=200)
-auth = st.sampled_from(["valid", "missing", "garbage", "no-bearer", "basic"])
+auth = st.sampled_from(["valid"] * 5 + ["missing", "garbage", "no-bearer", "basic"])
 
 
 @pytest.fixture
@@ -121,24 +146,28 @@ def test_generated_requests_never_get_a_5xx_and_refusals_meter_nothing(fuzz_env)
     gw, secret, tenant = fuzz_env
     r = redis.Redis.from_url(REDIS_URL)
     http = httpx.Client(base_url=gw, timeout=60)
+    statuses: list[int] = []
 
     @settings(
-        max_examples=120,
+        max_examples=60,
         deadline=None,
         derandomize=True,
         database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     @given(
-        path=st.sampled_from(["/v1/chat/completions", "/v1/completions"]),
-        body=st.one_of(chat_body, text_body, raw_body),
+        kind_body=st.one_of(
+            st.tuples(st.just("/v1/chat/completions"), st.one_of(valid_chat, chat_body, text_body, raw_body)),
+            st.tuples(st.just("/v1/completions"), st.one_of(valid_text, text_body, chat_body, raw_body)),
+        ),
         extra_headers=st.dictionaries(header_name, header_value, max_size=4),
         who=auth,
         query=st.one_of(
             st.just(""), st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=40)
         ),
     )
-    def check(path, body, extra_headers, who, query):
+    def check(kind_body, extra_headers, who, query):
+        path, body = kind_body
         headers = dict(extra_headers)
         headers["content-type"] = "application/json"
         if who == "valid":
@@ -156,6 +185,7 @@ def test_generated_requests_never_get_a_5xx_and_refusals_meter_nothing(fuzz_env)
         url = path + ("?" + httpx.QueryParams({"q": query}).__str__() if query else "")
         resp = http.post(url, content=raw, headers=headers)
         text = resp.read()
+        statuses.append(resp.status_code)
         assert resp.status_code < 500, (resp.status_code, raw[:300], text[:300])
         assert resp.headers.get("x-request-id")
         held, spent_after = _budget_state(r, tenant.pk)
@@ -179,3 +209,5 @@ def test_generated_requests_never_get_a_5xx_and_refusals_meter_nothing(fuzz_env)
         check()
     finally:
         http.close()
+    # Both sides were exercised: admitted requests and refusals of several kinds.
+    assert {200, 400, 401} <= set(statuses), sorted(set(statuses))
