@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> None:
         loop="uvloop",
         # uvicorn's httptools protocol with a cap on request heads (431 past GATEWAY_MAX_HEADER_BYTES).
         http="gateway.protocol:HeaderLimitedHttpToolsProtocol",
+        # The same cap if someone switches to h11 (httptools has no setting of its own).
+        h11_max_incomplete_event_size=int(os.environ.get("GATEWAY_MAX_HEADER_BYTES") or 32 * 1024),
         lifespan="on",
         log_level=args.log_level,
         access_log=args.access_log,

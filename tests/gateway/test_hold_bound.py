@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import httpx
 import orjson
+import psycopg
 import pytest
 import redis
 
@@ -18,7 +19,7 @@ from billing.services.budgets import budget_set
 from billing.services.keys import api_key_create, tenant_limits_set
 from billing.services.prices import price_set
 from gateway.validation import estimate_prompt_tokens, prompt_token_bound
-from tests.gateway.conftest import PREFIX, REDIS_URL, publish, route, start_fake
+from tests.gateway.conftest import PREFIX, REDIS_URL, publish, route, start_fake, start_gateway, wait_shipped
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -53,6 +54,26 @@ BODY = {
     "response_format": {"type": "json_object"},
     "max_tokens": MAX_TOKENS,
 }
+
+
+@pytest.fixture(scope="module")
+def tools_gateway(gw_tmp, gateway_db_url):
+    """A gateway of its own for the burst: parsing 500 bodies of 40 KB keeps its loop busy for
+    seconds on a shared 2-core machine, so the upstream connect timeout is generous (the default
+    5 s would count the gateway's own queueing as a dead deployment)."""
+    proc, url = start_gateway(
+        gw_tmp, database_url=gateway_db_url, name="tools-gateway", GATEWAY_UPSTREAM_CONNECT_TIMEOUT_S=120
+    )
+    yield url
+    proc.stop()
+
+
+@pytest.fixture
+def gateway(tools_gateway, gateway_db_url):
+    yield tools_gateway
+    wait_shipped(tools_gateway)
+    with psycopg.connect(gateway_db_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM billing_usage_event")
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ def test_rolling_restart_under_load_refuses_and_cuts_nothing(
             outcomes: list[str] = []
             restarted = asyncio.Event()
 
-            async def client(http: httpx.AsyncClient):
+            async def client(http: httpx.AsyncClient, kind: str):
                 while not restarted.is_set():
                     try:
                         async with http.stream("POST", "/v1/chat/completions", json=body, headers=h) as r:
@@ -64,7 +64,7 @@ def test_rolling_restart_under_load_refuses_and_cuts_nothing(
                         ok = ok and '"stream_broken"' not in text
                         outcomes.append("ok" if ok else f"bad {r.status_code} {text[-200:]}")
                     except httpx.HTTPError as exc:
-                        outcomes.append(f"{type(exc).__name__}: {exc}")
+                        outcomes.append(f"{kind} {type(exc).__name__}: {exc!r} {exc.__cause__!r}")
 
             async def restart():
                 await asyncio.sleep(0)  # let the clients start
@@ -89,7 +89,9 @@ def test_rolling_restart_under_load_refuses_and_cuts_nothing(
                 httpx.AsyncClient(base_url=gw, timeout=60, limits=fresh_limits) as fresh,
             ):
                 await asyncio.gather(
-                    restart(), *(client(keepalive) for _ in range(6)), *(client(fresh) for _ in range(4))
+                    restart(),
+                    *(client(keepalive, "keep-alive") for _ in range(6)),
+                    *(client(fresh, "fresh") for _ in range(4)),
                 )
             return outcomes
 
