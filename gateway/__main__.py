@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
+    from gateway.protocol import KEEP_ALIVE_S
+
     uvicorn.run(
         "gateway.app:app",
         host=args.host,
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         lifespan="on",
         log_level=args.log_level,
         access_log=args.access_log,
-        timeout_keep_alive=30,
+        timeout_keep_alive=KEEP_ALIVE_S,
         # A stopping worker closes its listening socket, finishes in-flight requests, then exits;
         # with --workers N, SIGHUP to the supervisor replaces workers one at a time (uvicorn starts
         # the new one and waits until it is ready before stopping the old), so the port never closes.

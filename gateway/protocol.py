@@ -14,14 +14,17 @@ the stream fast path in ``asgistream``) is uvicorn's own.
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 MAX_HEADER_BYTES = int(os.environ.get("GATEWAY_MAX_HEADER_BYTES") or 32 * 1024)
-# How long a stopping worker keeps an idle keep-alive connection open (see ``shutdown``).
-DRAIN_IDLE_S = float(os.environ.get("GATEWAY_DRAIN_IDLE_S") or 2.0)
+# How long a stopping worker keeps an idle keep-alive connection open (see ``shutdown``): as long
+# as the keep-alive timeout, so a restart closes no idle connection sooner than steady operation.
+KEEP_ALIVE_S = 30
+DRAIN_IDLE_S = float(os.environ.get("GATEWAY_DRAIN_IDLE_S") or KEEP_ALIVE_S)
 
 
 def head_too_large_response(limit: int) -> bytes:
@@ -75,8 +78,10 @@ class HeaderLimitedHttpToolsProtocol(HttpToolsProtocol):
 
         uvicorn closes an idle keep-alive connection at once, so a request the client has just sent
         on it (still in flight, or half-read) is lost and the client sees a reset. Instead, an idle
-        connection stays open for ``DRAIN_IDLE_S``: a request arriving meanwhile is answered with
-        ``connection: close``; a busy one finishes its response and closes, as in uvicorn.
+        connection stays open for up to ``DRAIN_IDLE_S``: a request arriving meanwhile is answered
+        with ``connection: close`` (the client then knows not to reuse it); a busy one finishes its
+        response and closes, as in uvicorn. Clients close connections they stopped using well
+        before that (httpx and the OpenAI SDK after 5 s), which ends the drain early.
         """
         if self.cycle is None or self.cycle.response_complete:
             self._draining = True
@@ -87,11 +92,30 @@ class HeaderLimitedHttpToolsProtocol(HttpToolsProtocol):
     def _close_if_idle(self) -> None:
         if self.transport is None or self.transport.is_closing():
             return
-        if self._receiving or (self.cycle is not None and not self.cycle.response_complete):
-            # A request arrived: its response closes the connection (keep_alive is off).
+        if (
+            self._receiving
+            or (self.cycle is not None and not self.cycle.response_complete)
+            or self._bytes_waiting()
+        ):
+            # A request arrived (or is in the socket, not yet read): its response closes the
+            # connection (keep_alive is off).
             self.loop.call_later(0.1, self._close_if_idle)
             return
         self.transport.close()
+
+    def _bytes_waiting(self) -> bool:
+        """Whether the client's next request is already in the kernel's buffer (peeked on a
+        duplicate of the descriptor: uvloop's transport sockets do not offer ``recv``)."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        try:
+            with socket.socket(fileno=os.dup(sock.fileno())) as dup:
+                return bool(dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return False
 
     def data_received(self, data: bytes) -> None:
         if self.parser is None:  # already answered 431 and closing
