@@ -182,6 +182,7 @@ class Gateway:
                     f"request headers larger than {self.config.max_header_bytes} bytes",
                     "invalid_request_error",
                     "headers_too_large",
+                    headers=[(b"connection", b"close")],
                     reason="headers_too_large",
                 )
                 return

@@ -12,7 +12,7 @@ from django.db import connection
 
 from billing.models import UsageEvent
 from gateway import spool
-from tests.conftest import test_database_url
+from tests.conftest import test_database_url as database_url
 
 pytestmark = pytest.mark.django_db
 
@@ -77,7 +77,7 @@ def test_shipper_inserts_every_column_and_refuses_unknown_versions(tmp_path):
     good = _line(cost_nanos=42)
     seg = tmp_path / "seg-a.jsonl"
     seg.write_bytes(good)
-    shipper = spool.Shipper(tmp_path, test_database_url(), interval_s=0.1, batch=10)
+    shipper = spool.Shipper(tmp_path, database_url(), interval_s=0.1, batch=10)
     try:
         assert shipper.ship_once() == 1
         ev = UsageEvent.objects.get(event_id=orjson.loads(good)["event_id"])
