@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from billing.services.keys import api_key_create
-from governor.launcher import _gateway_child
+from governor.launcher import Child, _gateway_child, _gateway_reload
 from tests.gateway.conftest import publish, route, start_gateway
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -29,6 +29,28 @@ def test_the_launcher_starts_the_gateway_with_at_least_two_workers(monkeypatch):
     monkeypatch.setenv("GOVERNOR_GATEWAY_WORKERS", "1")
     argv = _gateway_child("8080").argv
     assert argv[argv.index("--workers") + 1] == "2"
+
+
+def test_the_launcher_forwards_sighup_to_the_gateway():
+    import subprocess
+    import sys
+
+    child = Child("gateway", [])
+    child.process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time\n"
+            "signal.signal(signal.SIGHUP, lambda *a: sys.exit(7))\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(120)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.process.stdout.readline().strip() == "ready"
+    _gateway_reload(child)
+    assert child.process.wait(60) == 7
 
 
 def test_rolling_restart_under_load_refuses_and_cuts_nothing(
