@@ -76,7 +76,8 @@ class DeploymentFilterForm(BootstrapMixin, forms.Form):
 class ModelRouteForm(BootstrapMixin, forms.ModelForm):
     class Meta:
         model = ModelRoute
-        fields = ["public_name", "description", "long_context_threshold_tokens"]
+        fields = ["public_name", "description", "long_context_threshold_tokens", "allowed_tenants"]
+        widgets = {"allowed_tenants": forms.CheckboxSelectMultiple(attrs={"class": "form-check-input"})}
 
 
 class RouteTargetForm(BootstrapMixin, forms.ModelForm):

@@ -299,6 +299,12 @@ class ModelRoute(models.Model):
         validators=[MinValueValidator(1)],
         help_text="Prompts longer than this go to the long-context pool, when the route has one.",
     )
+    allowed_tenants = models.ManyToManyField(
+        "billing.Tenant",
+        blank=True,
+        related_name="+",
+        help_text="Only these tenants' keys may use this model name; none selected means every tenant.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

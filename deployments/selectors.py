@@ -36,7 +36,8 @@ def route_list() -> QuerySet[ModelRoute]:
 
 
 def routing_table() -> dict:
-    """``{public_name: {"long_context_threshold", "targets": [...]}}`` for the gateway's snapshot.
+    """``{public_name: {"long_context_threshold", "tenant_ids", "targets": [...]}}`` for the gateway's
+    snapshot (``tenant_ids``: the tenants that may use the name, or None for every tenant).
 
     Every live target is listed with its observed ``status``; the gateway sends traffic only to
     RUNNING ones with a positive weight. Stopped and failed deployments stay listed so the gateway
@@ -46,12 +47,15 @@ def routing_table() -> dict:
     targets = RouteTarget.objects.select_related("deployment__model_version__model").filter(
         deployment__deleted_at__isnull=True
     )
-    routes = ModelRoute.objects.prefetch_related(Prefetch("targets", queryset=targets)).order_by(
-        "public_name"
-    )
+    routes = ModelRoute.objects.prefetch_related(
+        Prefetch("targets", queryset=targets), "allowed_tenants"
+    ).order_by("public_name")
     for route in routes:
+        tenant_ids = sorted(t.pk for t in route.allowed_tenants.all())
         table[route.public_name] = {
             "long_context_threshold": route.long_context_threshold_tokens,
+            # Tenants whose keys may use the name; None: every tenant.
+            "tenant_ids": tenant_ids or None,
             "targets": [
                 {
                     "deployment_id": t.deployment_id,

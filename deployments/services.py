@@ -333,13 +333,30 @@ def deployment_delete(*, deployment: Deployment, actor) -> Deployment:
 
 
 @transaction.atomic
-def model_route_save(*, route: ModelRoute, actor, reason: str = "") -> ModelRoute:
-    """Create or update a route (public model name) and republish the gateway snapshot."""
+def model_route_save(*, route: ModelRoute, actor, allowed_tenants=None, reason: str = "") -> ModelRoute:
+    """Create or update a route (public model name) and republish the gateway snapshot.
+
+    ``allowed_tenants`` (tenants or their ids; None leaves them as they are, empty allows every
+    tenant) restricts which tenants' keys may use the name; a change is audited.
+    """
     stored = ModelRoute.objects.filter(pk=route.pk).first() if route.pk else None
     before = snapshot(stored) if stored is not None else None
     route.full_clean()
     route.save()
     audit_save(actor=actor, instance=route, before=before, reason=reason)
+    if allowed_tenants is not None:
+        before = sorted(route.allowed_tenants.values_list("pk", flat=True))
+        after = sorted({getattr(t, "pk", t) for t in allowed_tenants})
+        if before != after:
+            route.allowed_tenants.set(after)
+            audit_record(
+                actor=actor,
+                action="model_route.tenants_set",
+                target=route,
+                before={"allowed_tenants": before},
+                after={"allowed_tenants": after},
+                reason=reason or ("route restricted to tenants" if after else "route open to every tenant"),
+            )
     routes_section_publish_on_commit()
     return route
 

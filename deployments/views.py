@@ -233,7 +233,11 @@ class RouteFormView(PlatformAdminRequiredMixin, View):
         form = ModelRouteForm(request.POST, instance=route)
         if not form.is_valid():
             return render(request, "deployments/modelroute_form.html", {"form": form, "route": route})
-        saved = services.model_route_save(route=form.save(commit=False), actor=request.user)
+        saved = services.model_route_save(
+            route=form.save(commit=False),
+            allowed_tenants=form.cleaned_data["allowed_tenants"],
+            actor=request.user,
+        )
         messages.success(request, f"Saved route {saved}.")
         return redirect(saved.get_absolute_url())
 

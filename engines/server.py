@@ -44,10 +44,10 @@ import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 import orjson
 
+from asgistream import BodyPusher
 from engines import faults
 from engines.perf import Efficiency
 from engines.presets import gpu_from_dict, gpu_preset, model_from_dict, model_preset
@@ -1002,7 +1002,7 @@ class OpenAIApp:
         loop = asyncio.get_running_loop()
         out = _SseOut(
             sink=sink,
-            pusher=_Pusher(send, loop),
+            pusher=BodyPusher(send, loop),
             tokens=tokens,
             first_pre=first_pre.encode(),
             pre=pre.encode(),
@@ -1037,121 +1037,6 @@ def _token_json(tok: str) -> bytes:
     return j
 
 
-class _Pusher:
-    """Sends ASGI messages in order from plain callbacks, without a task per message.
-
-    Each ``send(...)`` coroutine is stepped right away; under uvicorn it finishes in that step (the
-    bytes go to the transport) unless the client is slow and flow control pauses it. A coroutine that
-    suspends is resumed by its future's callback, as a task would do it, and later messages queue
-    behind it. ``done`` resolves after the message without ``more_body`` went out, with the error if a
-    send failed, or when ``close()`` is called (the stream ends without a last message).
-    """
-
-    __slots__ = ("send", "loop", "queue", "busy", "done", "cycle")
-
-    def __init__(self, send, loop: asyncio.AbstractEventLoop) -> None:
-        self.send = send
-        self.loop = loop
-        self.queue: deque = deque()
-        self.busy = False
-        self.done: asyncio.Future = loop.create_future()
-        self.cycle = _uvicorn_cycle(send)
-
-    def push_body(self, body: bytes) -> None:
-        """Send ``body`` as a non-final chunk. Under uvicorn's httptools server, when the send would
-        not wait, the chunk goes straight to the transport: the bytes uvicorn's ``send`` writes,
-        without a coroutine and a message dict per token."""
-        c = self.cycle
-        if (
-            c is not None
-            and body
-            and not self.busy
-            and not self.done.done()
-            and c.chunked_encoding
-            and c.response_started
-            and not c.response_complete
-            and not c.flow.write_paused
-        ):
-            if not c.disconnected:  # uvicorn's send drops the bytes too
-                c.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
-            return
-        self.push({"type": "http.response.body", "body": body, "more_body": True})
-
-    def push(self, msg: dict) -> None:
-        if self.done.done():
-            return
-        if self.busy:
-            self.queue.append(msg)
-            return
-        self._step(self._start(msg), not msg.get("more_body", False))
-
-    def close(self, exc: BaseException | None = None) -> None:
-        if not self.done.done():
-            if exc is None:
-                self.done.set_result(None)
-            else:
-                self.done.set_exception(exc)
-        self.queue.clear()
-
-    def _start(self, msg: dict):
-        coro = self.send(msg)
-        if not hasattr(coro, "send"):  # an awaitable that is not a coroutine
-            coro = _await(coro)
-        return coro
-
-    def _step(self, coro, last: bool, _fut=None) -> None:
-        while True:
-            try:
-                yielded = coro.send(None)
-            except StopIteration:
-                if last:
-                    self.busy = False
-                    self.close()
-                    return
-                if not self.queue:
-                    self.busy = False
-                    return
-                msg = self.queue.popleft()
-                coro = self._start(msg)
-                last = not msg.get("more_body", False)
-                continue
-            except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits ``done``
-                self.busy = False
-                self.close(exc)
-                return
-            self.busy = True
-            if yielded is None:  # a bare yield (asyncio.sleep(0)): run again on the next iteration
-                self.loop.call_soon(self._step, coro, last)
-            else:
-                yielded._asyncio_future_blocking = False
-                yielded.add_done_callback(partial(self._step, coro, last))
-            return
-
-
-async def _await(awaitable):
-    return await awaitable
-
-
-_CYCLE_ATTRS = (
-    "transport",
-    "flow",
-    "disconnected",
-    "chunked_encoding",
-    "response_started",
-    "response_complete",
-)
-
-
-def _uvicorn_cycle(send):
-    """uvicorn's httptools request cycle behind ``send``, when that is what serves us; else None."""
-    cycle = getattr(send, "__self__", None)
-    if cycle is None or type(cycle).__module__ != "uvicorn.protocols.http.httptools_impl":
-        return None
-    if not all(hasattr(cycle, a) for a in _CYCLE_ATTRS) or not hasattr(cycle.flow, "write_paused"):
-        return None
-    return cycle
-
-
 class _SseOut:
     """One stream's SSE chunks, written when the engine hands out tokens (``Sink.listener``)."""
 
@@ -1160,7 +1045,7 @@ class _SseOut:
         "prompt_tokens", "is_gone", "metrics", "reason", "ended",
     )  # fmt: skip
 
-    def __init__(self, *, sink: Sink, pusher: _Pusher, tokens: list[str], first_pre: bytes, pre: bytes,
+    def __init__(self, *, sink: Sink, pusher: BodyPusher, tokens: list[str], first_pre: bytes, pre: bytes,
                  post: bytes, last_post: bytes, usage_head: bytes | None, prompt_tokens: int, is_gone,
                  metrics: Metrics, reason: str) -> None:  # fmt: skip
         self.sink = sink

@@ -20,16 +20,17 @@ import aiohttp
 import orjson
 import redis.asyncio as aioredis
 
+from asgistream import BodyPusher
 from gateway import metrics as m
 from gateway.config import GatewayConfig, load_config
 from gateway.limits import REASONS, Limiter
-from gateway.push import BodyPusher
 from gateway.redisfast import FastRedis
 from gateway.router import Router
 from gateway.snapshot import ALERTS_LIST, KeyInfo, SnapshotHolder, Target, TenantInfo, period_key
+from gateway.spool import SCHEMA_VERSION as SPOOL_SCHEMA_VERSION
 from gateway.spool import Shipper, SpoolWriter
 from gateway.upstream import UpstreamPool
-from gateway.validation import BadRequest, estimate_prompt_tokens, validate
+from gateway.validation import BadRequest, estimate_prompt_tokens, prompt_token_bound, validate
 
 log = logging.getLogger("gateway")
 
@@ -50,10 +51,20 @@ def error_body(message: str, type_: str, code: str | None = None, param: str | N
     return orjson.dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
 
 
+def new_request_id() -> bytes:
+    return uuid.uuid4().hex.encode()
+
+
 async def send_json(send, status: int, body: bytes, headers: list | None = None) -> None:
+    """Every response the gateway writes carries an ``x-request-id`` (admitted requests use their
+    usage event's id, so support can find the event; rejections get a fresh one)."""
     h = [JSON_CT, (b"content-length", str(len(body)).encode())]
     if headers:
         h.extend(headers)
+        if not any(k == b"x-request-id" for k, _ in headers):
+            h.append((b"x-request-id", new_request_id()))
+    else:
+        h.append((b"x-request-id", new_request_id()))
     await send({"type": "http.response.start", "status": status, "headers": h})
     await send({"type": "http.response.body", "body": body})
 
@@ -71,6 +82,14 @@ async def send_error(
     if reason:
         m.child(m.REJECTIONS, reason).inc()
     await send_json(send, status, error_body(message, type_, code, param), headers)
+
+
+def _may_use(key: KeyInfo, tenant: TenantInfo, route) -> bool:
+    """A key may use a route when its tenant may (``tenant_ids`` empty = every tenant) and the key's
+    allowed models, if it has a list, name it."""
+    if route.tenant_ids is not None and tenant.id not in route.tenant_ids:
+        return False
+    return key.models is None or route.name in key.models
 
 
 class _Period:
@@ -102,7 +121,6 @@ class Gateway:
         self._tasks: list[asyncio.Task] = []
         self._periods = _Period()
         self._name = f"{socket.gethostname()}:{os.getpid()}"
-        self._key_cache: dict[bytes, tuple[str, KeyInfo | None, int]] = {}
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -157,6 +175,17 @@ class Gateway:
         t = scope["type"]
         if t == "http":
             path = scope["path"]
+            if self._head_too_large(scope):
+                await send_error(
+                    send,
+                    431,
+                    f"request headers larger than {self.config.max_header_bytes} bytes",
+                    "invalid_request_error",
+                    "headers_too_large",
+                    headers=[(b"connection", b"close")],
+                    reason="headers_too_large",
+                )
+                return
             if path == "/v1/chat/completions" or path == "/v1/completions":
                 if scope["method"] != "POST":
                     await send_error(send, 405, "use POST", "invalid_request_error", "method_not_allowed")
@@ -172,7 +201,7 @@ class Gateway:
                     {
                         "type": "http.response.start",
                         "status": 200,
-                        "headers": [(b"content-type", ct.encode())],
+                        "headers": [(b"content-type", ct.encode()), (b"x-request-id", new_request_id())],
                     }
                 )
                 await send({"type": "http.response.body", "body": body})
@@ -212,6 +241,13 @@ class Gateway:
 
     # --- auth ---------------------------------------------------------------------------------
 
+    def _head_too_large(self, scope) -> bool:
+        limit = self.config.max_header_bytes if self.config else 32 * 1024
+        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        for k, v in scope["headers"]:
+            size += len(k) + len(v) + 4
+        return size > limit
+
     def _authenticate(self, headers) -> tuple[KeyInfo | None, TenantInfo | None, str | None, bytes | None]:
         """Returns (key, tenant, error message, session header value)."""
         auth = None
@@ -225,15 +261,10 @@ class Gateway:
         if not auth:
             return None, None, "missing API key: send 'Authorization: Bearer <key>'", session
         snap = self.snapshots.current
-        # Hashing is cheap but the cache also skips the bytes→str work; it is per snapshot version.
-        cached = self._key_cache.get(auth)
-        if cached is None or cached[2] != snap.version:
-            token = auth[7:] if auth[:7].lower() == b"bearer " else auth
-            digest = hashlib.sha256(token.strip()).hexdigest()
-            if len(self._key_cache) > 10000:
-                self._key_cache.clear()
-            cached = self._key_cache[auth] = (digest, snap.keys.get(digest), snap.version)
-        key = cached[1]
+        # No cache keyed by what the client sent (it grew with every invalid key): hashing a key is
+        # about a microsecond and the snapshot's dict holds only keys that exist.
+        token = auth[7:] if auth[:7].lower() == b"bearer " else auth
+        key = snap.keys.get(hashlib.sha256(token.strip()).hexdigest())
         if key is None:
             return None, None, "invalid API key", session
         if key.revoked:
@@ -254,7 +285,7 @@ class Gateway:
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "governor"}
             for name, r in sorted(snap.routes.items())
-            if r.targets and (key.models is None or name in key.models)
+            if r.targets and _may_use(key, tenant, r)
         ]
         await send_json(send, 200, orjson.dumps({"object": "list", "data": data}))
 
@@ -321,6 +352,8 @@ class Gateway:
                 kind, body, absurd_max_tokens=cfg.absurd_max_tokens
             )
             prompt_est = estimate_prompt_tokens(kind, body)
+            # The hold must cover whatever the engine can count (tools, schemas, template).
+            prompt_bound = prompt_token_bound(kind, body, len(body_raw))
         except BadRequest as exc:
             await send_error(
                 send,
@@ -334,26 +367,16 @@ class Gateway:
             return
         snap = self.snapshots.current
         route = snap.routes.get(model)
-        if route is None or not route.targets:
+        if route is None or not route.targets or not _may_use(key, tenant, route):
+            # One answer for "no such model" and "not yours": which names exist is not disclosed.
             await send_error(
                 send,
                 404,
-                f"the model '{model}' does not exist",
+                f"the model '{model}' does not exist or you do not have access to it",
                 "invalid_request_error",
                 "model_not_found",
                 "model",
                 reason="unknown_model",
-            )
-            return
-        if key.models is not None and model not in key.models:
-            await send_error(
-                send,
-                403,
-                f"this API key may not use the model '{model}'",
-                "permission_error",
-                "model_not_allowed",
-                "model",
-                reason="model_not_allowed",
             )
             return
         if tenant.max_input_tokens and prompt_est > tenant.max_input_tokens:
@@ -399,7 +422,7 @@ class Gateway:
         in_p = price.input_nanos if price else 0
         out_p = price.output_nanos if price else 0
         tokens_est = prompt_est + max_tokens * n
-        hold = prompt_est * in_p + max_tokens * n * out_p
+        hold = prompt_bound * in_p + max_tokens * n * out_p
         budget = tenant.budget
         now = started_at
         pkey = ""
@@ -682,6 +705,7 @@ class _Request:
         if self.ttft is not None and self.completion_tokens > 1:
             tpot = (e2e - self.ttft) / (self.completion_tokens - 1) * 1000
         return {
+            "schema_version": SPOOL_SCHEMA_VERSION,
             "event_id": str(self.event_id),
             "tenant_id": self.tenant.id,
             "api_key_id": self.key.id,

@@ -34,6 +34,7 @@ class GatewayConfig:
     ship_interval_s: float
     ship_batch: int
     session_header: str
+    max_header_bytes: int
 
 
 def load_config() -> GatewayConfig:
@@ -58,4 +59,6 @@ def load_config() -> GatewayConfig:
         ship_interval_s=env_float("GATEWAY_SHIP_INTERVAL_S", 0.5),
         ship_batch=env_int("GATEWAY_SHIP_BATCH", 2000),
         session_header=env_str("GATEWAY_SESSION_HEADER", "x-session-id"),
+        # Request line + headers; the server protocol (gateway.protocol) enforces it while reading.
+        max_header_bytes=env_int("GATEWAY_MAX_HEADER_BYTES", 32 * 1024),
     )

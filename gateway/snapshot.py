@@ -11,6 +11,7 @@ Contract (JSON; ``gateway.publish`` writes it in two sections: ``tenancy`` built
                                             "hard_cap_nanos": int | null, "soft_percents": [..],
                                             "spent_period_key", "spent_nanos"}}},
      "routes": {public_name: {"long_context_threshold": int | null,
+                              "tenant_ids": [int, ..] | null,   # null or absent: every tenant
                               "targets": [{"deployment_id", "deployment_slug", "version_id",
                                            "base_url", "engine_model", "weight", "pool", "status"}]}},
      "prices": {public_name: {"price_id", "input_nanos", "output_nanos"}}}
@@ -109,6 +110,8 @@ class Route:
     name: str
     long_context_threshold: int | None
     targets: list[Target]
+    # The tenants that may use this name; None when every tenant may.
+    tenant_ids: frozenset[int] | None = None
 
 
 @dataclass(slots=True)
@@ -193,7 +196,13 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
                     completions_url=base + "/completions",
                 )
             )
-        route = Route(name=name, long_context_threshold=r.get("long_context_threshold"), targets=targets)
+        tids = r.get("tenant_ids")
+        route = Route(
+            name=name,
+            long_context_threshold=r.get("long_context_threshold"),
+            targets=targets,
+            tenant_ids=frozenset(int(t) for t in tids) if tids else None,
+        )
         routes[name] = route
     prices = {
         name: Price(

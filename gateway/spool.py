@@ -31,6 +31,16 @@ log = logging.getLogger("gateway.spool")
 
 SEGMENT_MAX_BYTES = 64 * 1024 * 1024
 
+# The version of the spool line format below. Every line carries it as ``schema_version``; the
+# shipper refuses a line of a version it does not know (shipping stops with ``last_error`` and the
+# line stays in the spool) rather than guess. Bump it, and teach ``_event_row`` the old version,
+# when COLUMNS change; tests/gateway/test_spool_contract.py fails when COLUMNS and the
+# ``billing_usage_event`` table disagree.
+SCHEMA_VERSION = 1
+KNOWN_VERSIONS = frozenset({1})
+# Columns of the table the shipper does not take from the line.
+TABLE_OWN_COLUMNS = frozenset({"id", "received_at"})
+
 # Column order shared by the event dicts the gateway writes and the INSERT the shipper runs.
 COLUMNS = (
     "event_id",
@@ -151,7 +161,16 @@ class SpoolWriter:
             self._fd = None
 
 
+class UnknownSchemaVersion(ValueError):
+    """A spool line written by a gateway newer than this shipper."""
+
+
 def _event_row(ev: dict) -> tuple:
+    version = ev.get("schema_version", 1)  # lines from before versioning are version 1
+    if version not in KNOWN_VERSIONS:
+        raise UnknownSchemaVersion(
+            f"spool line of schema version {version!r}; this shipper knows {sorted(KNOWN_VERSIONS)}"
+        )
     return tuple(ev.get(c) for c in COLUMNS)
 
 

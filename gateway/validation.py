@@ -6,6 +6,8 @@ budget for); every other OpenAI parameter passes through for the engine to judge
 
 from __future__ import annotations
 
+import orjson
+
 
 class BadRequest(Exception):
     """A client error to answer in OpenAI's shape."""
@@ -46,21 +48,73 @@ def _text_bytes(content) -> int:
     raise BadRequest("message content must be a string, an array of content parts or null", param="messages")
 
 
+# Fields besides ``messages``/``prompt`` that a chat template renders into the prompt (and the
+# engine counts): tool and function definitions, structured-output schemas.
+RENDERED_FIELDS = ("tools", "functions", "response_format", "tool_choice", "guided_json")
+# Per-message, per-tool and fixed template text, in tokens; generous next to Llama 3.x (role
+# headers ~5 per message; ~25 for the date lines of its default system prompt; ~100 of tool-use
+# instructions), Qwen 2.5 (~20 default system prompt; ~100 of tool instructions) and Mistral.
+TEMPLATE_PER_MESSAGE = 16
+TEMPLATE_PER_TOOL = 32
+TEMPLATE_FIXED = 64
+TEMPLATE_TOOLS_PREAMBLE = 256
+# An image or audio part: a flat allowance (its tokens depend on the model's encoder, not its bytes).
+MEDIA_PART_TOKENS = 4096
+
+
+def _json_bytes(v) -> bytes:
+    try:
+        return orjson.dumps(v)
+    except TypeError:
+        return b""
+
+
+def _media_parts(body: dict) -> int:
+    n = 0
+    for m in body.get("messages") or ():
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            n += sum(1 for p in content if isinstance(p, dict) and p.get("type") not in (None, "text"))
+    return n
+
+
+def _rendered_extras(body: dict) -> tuple[int, int, int]:
+    """(bytes, structural characters, tools) of the non-message fields a template renders."""
+    size = structural = tools = 0
+    for name in RENDERED_FIELDS:
+        v = body.get(name)
+        if v is None:
+            continue
+        raw = _json_bytes(v)
+        size += len(raw)
+        structural += raw.count(b"{") + raw.count(b"[") + raw.count(b",") + raw.count(b":")
+        if isinstance(v, list):
+            tools += len(v)
+    return size, structural, tools
+
+
 def estimate_prompt_tokens(kind: str, body: dict) -> int:
-    """An upper-leaning estimate of prompt tokens, without a tokenizer.
+    """A typical-case estimate of prompt tokens, without a tokenizer (routing, input limits, and
+    the billed count when an engine reports no usage).
 
     Byte-level BPE tokenizers average ~4 bytes per token on English and ~3 on code or CJK; we divide
-    by 3 so the budget hold and the admission cap lean towards over-estimating (the hold is
-    settled to the engine's real count afterwards), plus a few tokens per chat message for the
-    template's role markers.
+    by 3 so it leans towards over-estimating, over everything the chat template renders: message
+    text, names, tool calls and their arguments, tool definitions and response formats, plus the
+    template's role markers. The budget hold uses ``prompt_token_bound`` instead, which is a hard
+    upper bound.
     """
+    extra_bytes, _, tools = _rendered_extras(body)
     if kind == "chat":
-        total = 3
+        total = 3 + (extra_bytes + 2) // 3 + 8 * tools
         for m in body["messages"]:
             total += 4 + (_text_bytes(m.get("content")) + 2) // 3
             name = m.get("name")
             if isinstance(name, str):
                 total += 1 + len(name) // 3
+            for field in ("tool_calls", "function_call", "tool_call_id"):
+                v = m.get(field)
+                if v is not None:
+                    total += 1 + (len(_json_bytes(v)) + 2) // 3
         return total
     prompt = body["prompt"]
     if isinstance(prompt, str):
@@ -74,6 +128,33 @@ def estimate_prompt_tokens(kind: str, body: dict) -> int:
         elif isinstance(p, list):
             total += len(p)
     return total
+
+
+def prompt_token_bound(kind: str, body: dict, raw_size: int) -> int:
+    """A hard upper bound on the prompt tokens the engine can count for this request (budget holds).
+
+    A byte-level BPE tokenizer (GPT, Llama 3, Qwen, Mistral's tekken) emits at most one token per
+    byte of text, and the request's JSON (``raw_size`` bytes) holds every byte of text the template
+    renders from it, escapes only making it longer. What the template adds on top is bounded
+    separately: its fixed text, role markers and tool-use instructions (``TEMPLATE_*``), and the
+    whitespace of a template
+    that re-indents JSON (``tojson(indent=4)``), at most one whitespace run, pre-tokenized into at
+    most two tokens, per structural character of the rendered fields. Images and audio count
+    ``MEDIA_PART_TOKENS`` each. The safety factor over the typical estimate is therefore about 3x
+    for text; the engine's reported usage is what is billed.
+    """
+    _, structural, tools = _rendered_extras(body)
+    messages = len(body.get("messages") or ()) if kind == "chat" else 1
+    preamble = TEMPLATE_TOOLS_PREAMBLE if structural else 0
+    return (
+        raw_size
+        + 2 * structural
+        + TEMPLATE_PER_MESSAGE * messages
+        + TEMPLATE_PER_TOOL * tools
+        + TEMPLATE_FIXED
+        + preamble
+        + MEDIA_PART_TOKENS * _media_parts(body)
+    )
 
 
 def validate(kind: str, body, *, absurd_max_tokens: int) -> tuple[str, bool, int | None, int, bool]:

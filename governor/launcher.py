@@ -148,6 +148,23 @@ def _ray_head_child(env: dict[str, str]) -> Child | None:
     )
 
 
+def _gateway_child(port: str) -> Child | None:
+    """The gateway under uvicorn's supervisor with at least two workers sharing the port, so one
+    can be replaced (SIGHUP: start a new worker, wait until it is ready, then stop an old one,
+    which finishes its in-flight streams first) while the others keep serving."""
+    if not (ROOT / "gateway" / "__main__.py").exists():
+        return None
+    workers = max(2, int(os.environ.get("GOVERNOR_GATEWAY_WORKERS", "2")))
+    argv = [PY, "-m", "gateway", "--host", "127.0.0.1", "--port", port, "--workers", str(workers)]
+    return Child("gateway", argv)
+
+
+def _gateway_reload(child: Child) -> None:
+    if child.process and child.process.poll() is None:
+        _log("setup", "restarting the gateway's workers one at a time")
+        child.process.send_signal(signal.SIGHUP)
+
+
 def run(argv: list[str]) -> int:
     services = Services(database=os.environ.get("GOVERNOR_DB_NAME", "governor"))
     services.start()
@@ -178,10 +195,9 @@ def run(argv: list[str]) -> int:
             ],
         ),
     ]
-    if (ROOT / "gateway" / "__main__.py").exists():
-        children.append(
-            Child("gateway", [PY, "-m", "gateway", "--host", "127.0.0.1", "--port", gateway_port])
-        )
+    gateway = _gateway_child(gateway_port)
+    if gateway:
+        children.append(gateway)
     ray = _ray_head_child(env)
     if ray:
         children.insert(0, ray)
@@ -202,6 +218,10 @@ def run(argv: list[str]) -> int:
 
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    if gateway:
+        # SIGHUP to the launcher: replace the gateway's workers one at a time (each drains first).
+        signal.signal(signal.SIGHUP, lambda *_: _gateway_reload(gateway))
+        _log("setup", f"gateway  kill -HUP {os.getpid()} restarts its workers one at a time")
     try:
         while not stopping.is_set():
             if any(c.process.poll() is not None for c in children if c.name in ("web", "worker")):

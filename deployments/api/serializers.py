@@ -104,6 +104,7 @@ class ModelRouteSerializer(serializers.ModelSerializer):
             "public_name",
             "description",
             "long_context_threshold_tokens",
+            "allowed_tenants",
             "targets",
             "created_at",
             "updated_at",

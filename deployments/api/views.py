@@ -107,15 +107,21 @@ class ModelRouteViewSet(viewsets.ModelViewSet):
     permission_classes = [ReadsEverythingOrAdmin]
 
     def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        tenants = data.pop("allowed_tenants", [])
         serializer.instance = services.model_route_save(
-            route=ModelRoute(**serializer.validated_data), actor=self.request.user
+            route=ModelRoute(**data), allowed_tenants=tenants, actor=self.request.user
         )
 
     def perform_update(self, serializer):
         route = serializer.instance
-        for key, value in serializer.validated_data.items():
+        data = dict(serializer.validated_data)
+        tenants = data.pop("allowed_tenants", None)
+        for key, value in data.items():
             setattr(route, key, value)
-        serializer.instance = services.model_route_save(route=route, actor=self.request.user)
+        serializer.instance = services.model_route_save(
+            route=route, allowed_tenants=tenants, actor=self.request.user
+        )
 
     def perform_destroy(self, instance):
         services.model_route_delete(route=instance, actor=self.request.user)

@@ -180,6 +180,7 @@ def test_routing_table_shape_for_the_gateway(settings, target):
     assert routing_table() == {
         "llama-3.1-8b": {
             "long_context_threshold": None,
+            "tenant_ids": None,
             "targets": [
                 {
                     "deployment_id": d.pk,

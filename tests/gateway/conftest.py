@@ -29,6 +29,32 @@ HAS_ENGINE = importlib.util.find_spec("engines.server") is not None
 REDIS_URL = os.environ.get("GATEWAY_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 
 
+def wait_until(condition, *, timeout: float = 60, what: str = "condition", interval: float = 0.05):
+    """Poll ``condition()`` until it returns something truthy (returned) or ``timeout`` passes
+    (AssertionError naming ``what``). Deadlines are generous: CI is a busy 2-core machine."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not true within {timeout} s")
+        time.sleep(interval)
+
+
+def health(gateway_url: str) -> dict:
+    return httpx.get(gateway_url + "/healthz", timeout=30).json()
+
+
+def wait_shipped(gateway_url: str, timeout: float = 60) -> dict:
+    """Wait until the gateway's shipper has stored every event it spooled; returns /healthz."""
+    return wait_until(
+        lambda: (h := health(gateway_url))["shipped"] >= h["spool_events"] and h,
+        timeout=timeout,
+        what="every spooled usage event shipped",
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -41,7 +67,7 @@ def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60) 
         if proc.poll() is not None:
             raise RuntimeError(f"{url}: process exited early:\n{log.read_text()[-3000:]}")
         try:
-            if httpx.get(url, timeout=1).status_code < 500:
+            if httpx.get(url, timeout=5).status_code < 500:
                 return
         except httpx.HTTPError:
             pass
@@ -217,12 +243,7 @@ def gateway(_gateway_session, gateway_db_url):
     each test, wait until everything spooled is shipped and delete it (other tests count usage).
     """
     yield _gateway_session
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        h = httpx.get(_gateway_session + "/healthz").json()
-        if h["shipped"] >= h["spool_events"]:
-            break
-        time.sleep(0.1)
+    wait_shipped(_gateway_session)
     import psycopg
 
     with psycopg.connect(gateway_db_url, autocommit=True) as conn:
@@ -241,9 +262,10 @@ def publish(gateway_url: str, routes: dict) -> int:
         version = publish_section(client, prefix=gateway_prefix(), section="routes", data={"routes": routes})
     finally:
         client.close()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if httpx.get(gateway_url + "/healthz").json()["snapshot_version"] == version:
-            return version
-        time.sleep(0.02)
-    raise AssertionError("gateway did not apply the snapshot within 5 s")
+    wait_until(
+        lambda: health(gateway_url)["snapshot_version"] == version,
+        timeout=30,
+        what=f"gateway serving snapshot version {version}",
+        interval=0.02,
+    )
+    return version

@@ -14,7 +14,13 @@ import orjson
 
 
 def make_app(
-    *, tokens: int, tpot_ms: float, ttft_ms: float, break_after: int | None, fail_status: int | None
+    *,
+    tokens: int,
+    tpot_ms: float,
+    ttft_ms: float,
+    break_after: int | None,
+    fail_status: int | None,
+    prompt_tokens_per_byte: float = 0.0,
 ):
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
@@ -40,7 +46,8 @@ def make_app(
         req = orjson.loads(body)
         n = min(tokens, int(req.get("max_tokens") or tokens))
         model = req.get("model")
-        prompt_tokens = 10
+        # A tokenizer's worst case counts every byte of the request it renders (tools included).
+        prompt_tokens = int(len(body) * prompt_tokens_per_byte) if prompt_tokens_per_byte else 10
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
         if ttft_ms:
             await asyncio.sleep(ttft_ms / 1000)
@@ -119,6 +126,7 @@ def main() -> None:
     p.add_argument("--ttft-ms", type=float, default=0.0)
     p.add_argument("--break-after", type=int, default=None)
     p.add_argument("--fail-status", type=int, default=None)
+    p.add_argument("--prompt-tokens-per-byte", type=float, default=0.0)
     a = p.parse_args()
     import uvicorn
 
@@ -129,6 +137,7 @@ def main() -> None:
             ttft_ms=a.ttft_ms,
             break_after=a.break_after,
             fail_status=a.fail_status,
+            prompt_tokens_per_byte=a.prompt_tokens_per_byte,
         ),
         host="127.0.0.1",
         port=a.port,

@@ -19,13 +19,19 @@ from django.urls import reverse
 from deployments.models import ModelRoute
 from deployments.services import model_route_save, route_target_set
 from tests.deployments.factories import DeploymentFactory
-from tests.gateway.conftest import start_engine
+from tests.gateway.conftest import start_engine, wait_until
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 
 def _version(gateway: str) -> int:
     return httpx.get(gateway + "/healthz").json()["snapshot_version"]
+
+
+def _models_ok(gateway: str, secret: str) -> bool:
+    return httpx.get(
+        gateway + "/v1/models", headers={"Authorization": f"Bearer {secret}"}, timeout=30
+    ).is_success
 
 
 def _applied(gateway: str, before: int) -> None:
@@ -107,7 +113,8 @@ def test_tenant_creates_key_uses_it_hits_limits_and_sees_usage(
                 {"tenant": tenant.pk, "name": "batch", "rpm_limit": 0, "tpm_limit": 0},
             )
         batch = openai.OpenAI(base_url=gateway + "/v1", api_key=r.context["secret"], max_retries=0)
-        time.sleep(0.5)
+        # The new key works once the gateway applied the snapshot that carries it.
+        wait_until(lambda: _models_ok(gateway, r.context["secret"]), what="the new key accepted")
         codes = []
         for _ in range(8):
             try:

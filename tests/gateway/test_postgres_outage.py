@@ -21,7 +21,7 @@ import pytest
 from billing.services.keys import api_key_create
 from governor.embedded import EmbeddedPostgres
 from tests.conftest import subprocess_env
-from tests.gateway.conftest import ROOT, free_port, publish, route, start_gateway
+from tests.gateway.conftest import ROOT, free_port, publish, route, start_gateway, wait_until
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -115,20 +115,22 @@ def test_postgres_down_60s_and_a_gateway_restart_lose_nothing_and_duplicate_noth
     load = Load(secret)
     load.url = url1
     load.start()
-    time.sleep(3)
+    wait_until(lambda: len(load.completed) >= 30, what="load flowing before the outage")
     pg_stop(pg)  # Postgres goes away under load
     outage_start = time.monotonic()
     time.sleep(OUTAGE_S / 3)
     # Restart the gateway mid-outage: the new process must ship what the old one spooled.
     gw2, url2 = start_gateway(tmp_path, database_url=db_url, name="gw2", GATEWAY_SPOOL_DIR=str(spool))
     load.url = url2
-    time.sleep(1)
+    n = len(load.completed)
+    wait_until(lambda: len(load.completed) >= n + 20, what="the new gateway serving")
     gw1.stop()
     time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - outage_start)))
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(db_url, connect_timeout=2)
     pg.start()  # back after the outage
-    time.sleep(3)
+    n = len(load.completed)
+    wait_until(lambda: len(load.completed) >= n + 30, what="load flowing after the outage")
     load.stop()
     accepted = set(load.completed)
     assert len(accepted) == len(load.completed)

@@ -12,7 +12,7 @@ import pytest
 from billing.models import UsageEvent
 from billing.services.keys import api_key_create, api_key_revoke
 from billing.services.prices import price_set
-from tests.gateway.conftest import publish, route
+from tests.gateway.conftest import publish, route, wait_shipped
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -156,21 +156,44 @@ def test_errors_are_openai_shaped_and_nothing_is_metered(setup, tenant, admin_us
     with pytest.raises(openai.AuthenticationError) as exc:
         client(setup).chat.completions.create(model="sim-llama", messages=[{"role": "user", "content": "x"}])
     assert "revoked" in exc.value.body["message"]
-    time.sleep(1.0)
+    # The shipper has caught up with everything spooled, so an event would be in the table by now.
+    wait_shipped(gw)
     assert UsageEvent.objects.filter(tenant=tenant).count() == 0
 
 
-def test_key_restricted_to_models_gets_403(setup, tenant, admin_user):
+def test_a_model_a_key_may_not_use_answers_like_one_that_does_not_exist(setup, tenant, admin_user):
     key, secret = api_key_create(
         tenant=tenant, name="narrow", actor=admin_user, allowed_models=["other-model"]
     )
     publish(setup["gateway"], route("sim-llama", (1, "sim-a", setup["engine"], 1.0)))
-    with pytest.raises(openai.PermissionDeniedError) as exc:
-        client(setup, api_key=secret).chat.completions.create(
-            model="sim-llama", messages=[{"role": "user", "content": "x"}]
-        )
-    assert exc.value.body["code"] == "model_not_allowed"
-    assert client(setup, api_key=secret).models.list().data == []
+    c = client(setup, api_key=secret)
+    bodies = []
+    for model in ("sim-llama", "no-such-model"):
+        with pytest.raises(openai.NotFoundError) as exc:
+            c.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}])
+        bodies.append({**exc.value.body, "message": exc.value.body["message"].replace(model, "M")})
+    assert bodies[0] == bodies[1]  # nothing tells an existing name from a made-up one
+    assert bodies[0]["code"] == "model_not_found"
+    assert c.models.list().data == []
+
+
+def test_routes_restricted_to_tenants(setup, tenant, other_tenant, admin_user):
+    """``tenant_ids`` on a route: other tenants' keys, even unrestricted ones, see no such model."""
+    _, mine = api_key_create(tenant=tenant, name="mine", actor=admin_user)
+    _, theirs = api_key_create(tenant=other_tenant, name="theirs", actor=admin_user)
+    routes = route("sim-llama", (1, "sim-a", setup["engine"], 1.0))
+    routes["sim-llama"]["tenant_ids"] = [tenant.pk]
+    routes.update(route("sim-open", (2, "sim-b", setup["engine"], 1.0)))  # no tenant_ids: everyone
+    routes["sim-open"]["targets"][0]["engine_model"] = "sim-llama"
+    publish(setup["gateway"], routes)
+    msg = [{"role": "user", "content": "x"}]
+    assert client(setup, api_key=mine).chat.completions.create(model="sim-llama", messages=msg, max_tokens=2)
+    assert {m.id for m in client(setup, api_key=mine).models.list().data} == {"sim-llama", "sim-open"}
+    with pytest.raises(openai.NotFoundError) as exc:
+        client(setup, api_key=theirs).chat.completions.create(model="sim-llama", messages=msg)
+    assert exc.value.body["code"] == "model_not_found"
+    assert client(setup, api_key=theirs).chat.completions.create(model="sim-open", messages=msg, max_tokens=2)
+    assert {m.id for m in client(setup, api_key=theirs).models.list().data} == {"sim-open"}
 
 
 def test_expired_key_is_refused(setup, tenant, admin_user):

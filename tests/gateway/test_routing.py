@@ -19,7 +19,16 @@ from billing.services.gateway_config import tenancy_section_build, tenancy_secti
 from billing.services.keys import api_key_create
 from billing.services.prices import price_set
 from gateway.publish import VERSION_KEY, section_key
-from tests.gateway.conftest import PREFIX, REDIS_URL, free_port, publish, route, start_fake
+from tests.gateway.conftest import (
+    PREFIX,
+    REDIS_URL,
+    free_port,
+    publish,
+    route,
+    start_fake,
+    wait_shipped,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 MSG = [{"role": "user", "content": "hello there"}]
@@ -103,8 +112,8 @@ def test_connection_failure_retries_once_elsewhere_and_ejects_the_dead_deploymen
     ]
     # Ejected after the first failure: far fewer than the ~10 a coin flip per request would give.
     assert failures and float(failures[0].split()[-1]) <= 3
-    time.sleep(1)
     events = UsageEvent.objects.filter(tenant=tenant)
+    wait_until(lambda: events.count() >= 20, what="20 usage events")
     assert events.count() == 20 and set(events.values_list("deployment_slug", flat=True)) == {"alive"}
 
 
@@ -112,7 +121,7 @@ def test_all_deployments_down_gives_502_and_no_charge(gateway, secret, tenant):
     publish(gateway, route("sim-llama", (1, "dead", f"http://127.0.0.1:{free_port()}/v1", 1.0)))
     r = _post(gateway, secret)
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unavailable"
-    time.sleep(1)
+    wait_until(lambda: UsageEvent.objects.filter(tenant=tenant).exists(), what="the 502's usage event")
     e = UsageEvent.objects.get(tenant=tenant)
     assert e.status == "error" and e.cost_nanos == 0
 
@@ -138,8 +147,9 @@ def test_a_stream_that_breaks_midway_ends_with_an_sse_error_event(gateway, gw_tm
                 pass
     finally:
         proc.stop()
-    time.sleep(1)
     broken = UsageEvent.objects.filter(tenant=tenant, error_type="upstream_stream_broken")
+    wait_until(lambda: broken.count() >= 2, what="two broken-stream events")
+    wait_shipped(gateway)
     assert broken.count() == 2
 
 

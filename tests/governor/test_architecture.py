@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = str(Path(sys.executable).with_name("lint-imports"))
 PACKAGES = ["governor", "audit", "evalkit", "catalog", "deployments", "evaluations", "billing", "workers", "gateway",
-            "engines", "loadtest", "benchmarks"]  # fmt: skip
+            "engines", "asgistream", "loadtest", "benchmarks"]  # fmt: skip
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:
@@ -40,11 +40,15 @@ def copy_of_the_code(tmp_path_factory) -> Path:
 @pytest.mark.parametrize(
     "module,line,contract",
     [
-        ("engines/_probe.py", "import django.db\n", "Libraries (engines, loadtest, evalkit, gateway)"),
+        (
+            "engines/_probe.py",
+            "import django.db\n",
+            "Libraries (engines, loadtest, evalkit, gateway, asgistream)",
+        ),
         (
             "gateway/_probe.py",
             "from billing.selectors import usage\n",
-            "Libraries (engines, loadtest, evalkit, gateway)",
+            "Libraries (engines, loadtest, evalkit, gateway, asgistream)",
         ),
         ("audit/_probe.py", "import catalog.selectors\n", "The audit app is a leaf"),
         ("catalog/_probe.py", "import deployments.selectors\n", "Apps are layered"),
