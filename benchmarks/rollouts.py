@@ -144,12 +144,13 @@ def run(a: argparse.Namespace, work: Path) -> dict:
     django.setup()
     from decimal import Decimal
 
-    from billing.services_gateway import api_key_create, price_set
     from django.conf import settings
     from django.core.management import call_command
     from django.utils import timezone
 
     from billing.models import Tenant
+    from billing.services.keys import api_key_create
+    from billing.services.prices import price_set
     from catalog.models import GpuType, Model, ModelVersion
     from deployments.compiler import compile_application
     from deployments.models import Deployment, ModelRoute

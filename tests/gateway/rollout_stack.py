@@ -15,10 +15,11 @@ from pathlib import Path
 
 import httpx
 import orjson
-from billing.services_gateway import api_key_create, price_set
 from django.db import connection
 from django.utils import timezone
 
+from billing.services.keys import api_key_create
+from billing.services.prices import price_set
 from deployments.compiler import compile_application
 from deployments.models import Deployment, ModelRoute
 from deployments.rollouts.services import rollouts_tick

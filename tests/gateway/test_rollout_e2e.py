@@ -18,7 +18,7 @@ import redis
 
 from deployments.models import Rollout
 from deployments.rollouts.services import rollout_create
-from gateway.snapshot import SNAPSHOT_KEY, VERSION_KEY
+from gateway.publish import VERSION_KEY, section_key
 from tests.gateway.conftest import PREFIX, REDIS_URL
 from tests.gateway.rollout_stack import (
     Load,
@@ -69,7 +69,7 @@ def test_canary_with_injected_latency_aborts_by_itself(gateway, gw_tmp, settings
 
             # The abort publishes a snapshot with the canary at 0; the gateway applies it within 2 s.
             def published_weights() -> dict:
-                snap = orjson.loads(r.get(PREFIX + SNAPSHOT_KEY))
+                snap = orjson.loads(r.get(PREFIX + section_key("routes")))
                 return {t["deployment_slug"]: t["weight"] for t in snap["routes"][MODEL]["targets"]}
 
             expected = {pair.stable.slug: 100, pair.canary.slug: 0}
