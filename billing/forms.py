@@ -118,3 +118,26 @@ class UsageFilterForm(_Bootstrap, forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["tenant"].queryset = tenants
         self._style()
+
+
+class CostRangeForm(_Bootstrap, forms.Form):
+    """Query parameters of a tenant's cost page and its exports: a date range (UTC) and a bucket."""
+
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(
+        required=False, help_text="Exclusive.", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    bucket = forms.ChoiceField(
+        choices=[("day", "Daily"), ("week", "Weekly"), ("month", "Monthly")], required=False, initial="day"
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._style()
+
+    def clean(self):
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and until <= since:
+            raise forms.ValidationError("The end date must be after the start date.")
+        return data

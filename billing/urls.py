@@ -1,12 +1,13 @@
 from django.urls import path
 
-from billing.views import budgets, keys, prices, tenancy, usage
+from billing.views import budgets, costs, keys, prices, tenancy, usage
 
 app_name = "billing"
 
 urlpatterns = [
     path("tenants/", tenancy.TenantListView.as_view(), name="tenant_list"),
     path("tenants/<slug:slug>/", tenancy.TenantDetailView.as_view(), name="tenant_detail"),
+    path("tenants/<slug:slug>/cost/", costs.TenantCostView.as_view(), name="tenant_cost"),
     path("keys/", keys.ApiKeyListView.as_view(), name="key_list"),
     path("keys/new/", keys.ApiKeyCreateView.as_view(), name="key_create"),
     path("keys/<int:pk>/revoke/", keys.ApiKeyRevokeView.as_view(), name="key_revoke"),

@@ -3,7 +3,8 @@
 from billing.models.budgets import Budget, BudgetAlert
 from billing.models.keys import ApiKey, TenantLimits
 from billing.models.money import NANOS_PER_USD
-from billing.models.prices import Price
+from billing.models.prices import Price, Reprice
+from billing.models.rollups import RollupCursor, UsageRollup
 from billing.models.tenancy import Membership, Tenant
 from billing.models.usage import UsageEvent
 
@@ -14,7 +15,10 @@ __all__ = [
     "BudgetAlert",
     "Membership",
     "Price",
+    "Reprice",
+    "RollupCursor",
     "Tenant",
     "TenantLimits",
     "UsageEvent",
+    "UsageRollup",
 ]
