@@ -85,3 +85,33 @@ class EstimateForm(BootstrapMixin, forms.Form):
     gpu_memory_utilization = forms.FloatField(
         required=False, min_value=0.05, max_value=1.0, initial=0.9, label="gpu_memory_utilization"
     )
+
+
+class GpuCostVersionForm(BootstrapMixin, forms.Form):
+    """A new GPU hourly cost version: rent, or the owned-GPU (TCO) inputs; both over a target utilization."""
+
+    pool = forms.CharField(max_length=64, required=False, help_text="Empty = every pool without its own.")
+    basis = forms.ChoiceField(choices=[("rent", "Rented"), ("tco", "Owned (TCO)")])
+    rent_usd_per_hour = forms.DecimalField(
+        required=False, max_digits=10, decimal_places=4, label="Rent $/GPU-hour"
+    )
+    purchase_price_usd = forms.DecimalField(
+        required=False, max_digits=12, decimal_places=2, label="Purchase price $"
+    )
+    depreciation_years = forms.DecimalField(required=False, max_digits=4, decimal_places=1)
+    power_kw = forms.DecimalField(required=False, max_digits=6, decimal_places=3, label="Power kW")
+    pue = forms.DecimalField(required=False, max_digits=4, decimal_places=2, label="PUE")
+    electricity_usd_per_kwh = forms.DecimalField(
+        required=False, max_digits=6, decimal_places=4, label="$/kWh"
+    )
+    datacenter_usd_per_month = forms.DecimalField(
+        required=False, max_digits=10, decimal_places=2, label="Datacenter $/month"
+    )
+    operations_usd_per_month = forms.DecimalField(
+        required=False, max_digits=10, decimal_places=2, label="Operations $/month"
+    )
+    target_utilization = forms.DecimalField(
+        max_digits=4, decimal_places=3, initial="1", help_text="In (0, 1]."
+    )
+    effective_from = forms.DateTimeField(required=False, help_text="Empty = now (UTC).")
+    note = forms.CharField(max_length=200, required=False)

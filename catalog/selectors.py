@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Count, QuerySet
 
-from catalog.models import GpuType, Model, ModelVersion
+from catalog.models import GpuCostVersion, GpuType, Model, ModelVersion
 
 
 def gpu_type_list() -> QuerySet[GpuType]:
@@ -71,3 +71,29 @@ def gpu_type_find(*, pk: int | None) -> GpuType | None:
 def catalog_counts() -> dict[str, int]:
     """How many model versions and GPU types the catalog holds (the home page's summary)."""
     return {"version_count": ModelVersion.objects.count(), "gpu_count": GpuType.objects.count()}
+
+
+def gpu_cost_in_force(*, gpu_type_id: int, pool: str = "", at=None) -> GpuCostVersion | None:
+    """The GPU cost version in force for a GPU type in a pool (the pool's own, else the all-pools one)."""
+    from django.utils import timezone
+
+    at = at or timezone.now()
+    qs = GpuCostVersion.objects.filter(gpu_type_id=gpu_type_id, effective_from__lte=at).order_by(
+        "-effective_from", "-pk"
+    )
+    if pool:
+        own = qs.filter(pool=pool).first()
+        if own is not None:
+            return own
+    return qs.filter(pool="").first()
+
+
+def gpu_cost_versions(*, gpu_type_id: int | None = None) -> QuerySet[GpuCostVersion]:
+    qs = GpuCostVersion.objects.select_related("gpu_type", "created_by")
+    if gpu_type_id is not None:
+        qs = qs.filter(gpu_type_id=gpu_type_id)
+    return qs.order_by("pool", "-effective_from", "-pk")
+
+
+def gpu_cost_version_find(*, pk: int | None) -> GpuCostVersion | None:
+    return GpuCostVersion.objects.select_related("gpu_type").filter(pk=pk).first() if pk else None

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from catalog.constants import LIFECYCLE_TRANSITIONS
-from catalog.models import GpuType, Model, ModelVersion
+from catalog.models import GpuCostVersion, GpuType, Model, ModelVersion
 from engines.memory import MemoryEstimate, estimate_memory
 
 HOURS_PER_YEAR = Decimal("8766")  # 365.25 days
@@ -101,3 +101,138 @@ def gpu_type_validate_and_save(*, gpu_type: GpuType) -> GpuType:
     gpu_type.full_clean()
     gpu_type.save()
     return gpu_type
+
+
+# --- GPU hourly cost versions -------------------------------------------------------------------
+
+GPU_COST_INPUTS = (
+    "rent_usd_per_hour", "purchase_price_usd", "depreciation_years", "power_kw", "pue",
+    "electricity_usd_per_kwh", "datacenter_usd_per_month", "operations_usd_per_month",
+)  # fmt: skip
+RENT_FORMULA = "rent $/GPU-hour ÷ target utilization"
+TCO_FORMULA = (
+    "(purchase ÷ (years × 8766 h) + kW × PUE × $/kWh + (datacenter + operations $/month) ÷ 730.5 h)"
+    " ÷ target utilization"
+)
+
+
+def gpu_cost_compute(
+    *,
+    basis: str,
+    target_utilization: Decimal,
+    rent_usd_per_hour: Decimal | None = None,
+    purchase_price_usd: Decimal | None = None,
+    depreciation_years: Decimal | None = None,
+    power_kw: Decimal | None = None,
+    pue: Decimal | None = None,
+    electricity_usd_per_kwh: Decimal | None = None,
+    datacenter_usd_per_month: Decimal | None = None,
+    operations_usd_per_month: Decimal | None = None,
+) -> tuple[Decimal, str, dict]:
+    """($ per GPU-hour, formula, terms) from the inputs; ValidationError naming the bad input.
+
+    Dividing by the target utilization spreads the hours a GPU sits idle over the hours it works:
+    at 60% utilization each working hour carries 1/0.6 of an hour's cost.
+    """
+    errors: dict[str, str] = {}
+    u = target_utilization
+    if u is None or not (Decimal("0") < u <= Decimal("1")):
+        errors["target_utilization"] = "Target utilization must be in (0, 1], e.g. 0.6 for 60%."
+    if basis == GpuCostVersion.Basis.RENT:
+        if rent_usd_per_hour is None or rent_usd_per_hour <= 0:
+            errors["rent_usd_per_hour"] = "A rented GPU needs a rent above $0 per hour."
+        if errors:
+            raise ValidationError(errors)
+        raw = rent_usd_per_hour
+        terms = {"rent": str(raw)}
+        formula = RENT_FORMULA
+    elif basis == GpuCostVersion.Basis.TCO:
+        if purchase_price_usd is None or purchase_price_usd <= 0:
+            errors["purchase_price_usd"] = "An owned GPU needs a purchase price above $0."
+        if depreciation_years is None or depreciation_years <= 0:
+            errors["depreciation_years"] = "Depreciation years must be above 0."
+        if power_kw is None or power_kw < 0:
+            errors["power_kw"] = "Power (kW) cannot be negative."
+        if pue is None or pue < 1:
+            errors["pue"] = "PUE is at least 1.0."
+        if electricity_usd_per_kwh is None or electricity_usd_per_kwh < 0:
+            errors["electricity_usd_per_kwh"] = "Electricity price cannot be negative."
+        for name, value in (("datacenter_usd_per_month", datacenter_usd_per_month), ("operations_usd_per_month", operations_usd_per_month)):  # fmt: skip
+            if value is not None and value < 0:
+                errors[name] = "Monthly costs cannot be negative."
+        if errors:
+            raise ValidationError(errors)
+        depreciation = purchase_price_usd / (depreciation_years * HOURS_PER_YEAR)
+        power = power_kw * pue * electricity_usd_per_kwh
+        monthly = (datacenter_usd_per_month or Decimal("0")) + (operations_usd_per_month or Decimal("0"))
+        ops = monthly / HOURS_PER_MONTH
+        raw = depreciation + power + ops
+        terms = {
+            "depreciation": str(depreciation.quantize(Decimal("0.0001"))),
+            "power": str(power.quantize(Decimal("0.0001"))),
+            "datacenter_and_operations": str(ops.quantize(Decimal("0.0001"))),
+        }
+        formula = TCO_FORMULA
+    else:
+        raise ValidationError({"basis": "Basis is rent or tco."})
+    terms["before_utilization"] = str(raw.quantize(Decimal("0.0001")))
+    terms["target_utilization"] = str(u)
+    return (raw / u).quantize(Decimal("0.0001")), formula, terms
+
+
+@transaction.atomic
+def gpu_cost_version_create(
+    *,
+    gpu_type: GpuType,
+    basis: str,
+    actor,
+    pool: str = "",
+    target_utilization: Decimal = Decimal("1"),
+    effective_from=None,
+    note: str = "",
+    **inputs,
+) -> GpuCostVersion:
+    """Add a GPU hourly cost version (versions are never edited: history stays); audited."""
+    from django.utils import timezone
+
+    from audit.services import audit_record, fields_of
+
+    unknown = set(inputs) - set(GPU_COST_INPUTS)
+    if unknown:
+        raise TypeError(f"unknown inputs: {sorted(unknown)}")
+    usd, formula, terms = gpu_cost_compute(basis=basis, target_utilization=target_utilization, **inputs)
+    version = GpuCostVersion(
+        gpu_type=gpu_type,
+        pool=pool.strip(),
+        basis=basis,
+        effective_from=effective_from or timezone.now(),
+        target_utilization=target_utilization,
+        usd_per_gpu_hour=usd,
+        formula=formula,
+        terms=terms,
+        note=note,
+        created_by=actor if getattr(actor, "pk", None) else None,
+        **inputs,
+    )
+    version.full_clean()
+    version.save()
+    audit_record(
+        actor=actor,
+        action="gpu_cost.create",
+        target=version,
+        after=fields_of(
+            version,
+            [
+                "gpu_type",
+                "pool",
+                "basis",
+                "effective_from",
+                "usd_per_gpu_hour",
+                "target_utilization",
+                *sorted(inputs),
+            ],
+        ),  # fmt: skip
+        reason=note,
+        evidence={"formula": formula, "terms": terms},
+    )
+    return version

@@ -18,5 +18,6 @@ urlpatterns = [
     path("gpus/", views.GpuTypeListView.as_view(), name="gpu_list"),
     path("gpus/new/", views.GpuTypeFormView.as_view(), name="gpu_create"),
     path("gpus/<int:pk>/", views.GpuTypeDetailView.as_view(), name="gpu_detail"),
+    path("gpus/<int:pk>/costs/new/", views.GpuCostVersionCreateView.as_view(), name="gpu_cost_create"),
     path("gpus/<int:pk>/edit/", views.GpuTypeFormView.as_view(), name="gpu_edit"),
 ]
