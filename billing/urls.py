@@ -16,4 +16,5 @@ urlpatterns = [
     path("budgets/<slug:slug>/edit/", budgets.BudgetEditView.as_view(), name="budget_edit"),
     path("prices/", prices.PriceListView.as_view(), name="price_list"),
     path("prices/new/", prices.PriceCreateView.as_view(), name="price_create"),
+    path("prices/reprice/", prices.RepriceCreateView.as_view(), name="reprice_create"),
 ]

@@ -2,13 +2,15 @@
 
 from django.urls import path
 
-from evaluations import views
+from evaluations import cost_views, views
 
 app_name = "evaluations"
 
 urlpatterns = [
     path("", views.RunListView.as_view(), name="run_list"),
     path("new/", views.RunCreateView.as_view(), name="run_create"),
+    path("prices/", cost_views.DerivedPriceListView.as_view(), name="derived_prices"),
+    path("prices/publish/", cost_views.DerivedPricePublishView.as_view(), name="derived_price_publish"),
     path("compare/", views.RunCompareView.as_view(), name="run_compare"),
     path("<int:pk>/", views.RunDetailView.as_view(), name="run_detail"),
     path("<int:pk>/progress/", views.RunProgressView.as_view(), name="run_progress"),
