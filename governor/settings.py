@@ -169,6 +169,12 @@ GATEWAY_PUBLIC_URL = env_str("GATEWAY_PUBLIC_URL", "http://127.0.0.1:8080")
 # API key the benchmark harness presents when its target is the gateway.
 BENCHMARK_API_KEY = env_str("BENCHMARK_API_KEY", "")
 
+# Budget notifications email tenant admins; the console backend (stdout) unless a real one is set.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "governor@localhost")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -54,6 +54,13 @@ app.conf.beat_schedule["billing-usage-rollup"] = {
     "options": {"expires": 30.0},
 }
 
+# billing: retry tenant webhook deliveries whose backoff has run out.
+app.conf.beat_schedule["billing-webhooks-retry"] = {
+    "task": "billing.webhooks_retry",
+    "schedule": 30.0,
+    "options": {"expires": 30.0},
+}
+
 # evaluations: fail benchmark runs whose worker died (their heartbeat stopped).
 app.conf.beat_schedule["evaluations-reap-stale-benchmarks"] = {
     "task": "evaluations.benchmark_runs_reap_stale",
