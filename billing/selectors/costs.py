@@ -182,3 +182,24 @@ def rollup_freshness() -> dict:
     """How far the rollup has got: its high-water mark and when it last moved."""
     row = RollupCursor.objects.filter(name="usage").first()
     return {"last_event_id": row.last_event_id if row else 0, "updated_at": row.updated_at if row else None}
+
+
+def billed_by_deployment_day(*, since: dt.datetime, until: dt.datetime) -> dict[tuple[int, dt.datetime], int]:
+    """Nano-dollars billed to tenants per (deployment id, UTC day), from the daily rollups."""
+    rows = (
+        daily_rollups(tenant_id=None, since=since, until=until)
+        .exclude(deployment_id=0)
+        .values("deployment_id", "bucket_start")
+        .annotate(cost=Sum("cost_nanos"))
+    )
+    return {(r["deployment_id"], r["bucket_start"]): int(r["cost"] or 0) for r in rows}
+
+
+def budgets_at_risk(*, at: dt.datetime | None = None) -> list[dict]:
+    """Tenants whose budget is past its cap or forecast to pass it this period (worst first)."""
+    out = []
+    for budget in Budget.objects.select_related("tenant"):
+        b = budget_burndown(tenant=budget.tenant, at=at)
+        if b and (b["over_cap"] or b["forecast_over"]):
+            out.append({**b, "tenant": budget.tenant})
+    return sorted(out, key=lambda b: -(b["forecast_usd"] / b["cap_usd"] if b["cap_usd"] else 0))
