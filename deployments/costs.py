@@ -96,7 +96,7 @@ def gpu_cost_by_deployment_day(*, since: dt.datetime, until: dt.datetime) -> lis
                 row["gpu_hours"] += hours * gpus
                 row["cost_usd"] += rate * Decimal(str(hours * gpus))
                 row["usd_per_gpu_hour"], row["gpu_cost_version_id"] = rate, version_id
-    for (dep_id, day), nanos in billed.items():
+    for dep_id, day in billed:
         if dep_id in deployments and (dep_id, day) not in rows:
             rows[(dep_id, day)] = {
                 "deployment": deployments[dep_id],
