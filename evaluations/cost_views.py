@@ -1,15 +1,24 @@
-"""Cost pages of the evaluations app: derived prices (review and publish)."""
+"""Cost pages of the evaluations app: derived prices (review and publish) and the capacity planner."""
 
 from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views import View
 
+from evaluations.cost_forms import CapacityPlanForm
+from evaluations.planner import capacity_plan_create, capacity_plan_get, capacity_plan_list
 from evaluations.pricing import derived_price_publish, price_derivation, price_derivations
-from governor.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin, is_platform_admin
+from governor.access import (
+    PlatformAdminRequiredMixin,
+    PlatformUserRequiredMixin,
+    ReadsEverythingRequiredMixin,
+    is_platform_admin,
+    reads_everything,
+)
 
 
 class DerivedPriceListView(ReadsEverythingRequiredMixin, View):
@@ -48,3 +57,61 @@ class DerivedPricePublishView(PlatformAdminRequiredMixin, View):
             f"Published {public_model}: ${price.input_per_million} in / ${price.output_per_million} out per M tokens.",
         )
         return redirect(reverse("evaluations:derived_prices"))
+
+
+class CapacityPlanListView(PlatformUserRequiredMixin, View):
+    """Saved plans (admins and auditors see the list; anyone with a plan's link may open it) and the form."""
+
+    def get(self, request, form=None, status=200):
+        plans = capacity_plan_list()[:50] if reads_everything(request.user) else []
+        form = form or (CapacityPlanForm() if is_platform_admin(request.user) else None)
+        return render(
+            request, "evaluations/capacity_plan_list.html", {"plans": plans, "form": form}, status=status
+        )
+
+
+class CapacityPlanCreateView(PlatformAdminRequiredMixin, View):
+    def post(self, request):
+        form = CapacityPlanForm(request.POST)
+        if form.is_valid():
+            d = form.cleaned_data
+            try:
+                plan = capacity_plan_create(
+                    name=d["name"],
+                    inputs={
+                        k: d.get(k)
+                        for k in (
+                            "peak_qps",
+                            "input_mean",
+                            "input_sigma",
+                            "output_mean",
+                            "output_sigma",
+                            "ttft_ms",
+                            "tpot_ms",
+                            "redundancy",
+                        )
+                    },  # fmt: skip
+                    candidates=form.candidates(),
+                    actor=request.user,
+                )
+            except ValidationError as exc:
+                for field, errors in exc.message_dict.items():
+                    form.add_error(field if field in form.fields else None, errors)
+            else:
+                return redirect(reverse("evaluations:plan_detail", args=[plan.token]))
+        return CapacityPlanListView().get(request, form=form, status=400)
+
+
+class CapacityPlanDetailView(PlatformUserRequiredMixin, View):
+    def get(self, request, token):
+        plan = capacity_plan_get(token=token)
+        if plan is None:
+            raise Http404("No such plan.")
+        ok = [r for r in plan.rows if r.get("ok")]
+        chart = {
+            "labels": [r["candidate"] for r in ok],
+            "monthly_usd": [round(r["monthly_usd"], 2) for r in ok],
+            "gpus": [r["gpus"] for r in ok],
+            "labels_kind": [r["label"] for r in ok],
+        }
+        return render(request, "evaluations/capacity_plan_detail.html", {"plan": plan, "chart": chart})

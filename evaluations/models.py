@@ -121,3 +121,28 @@ class BenchmarkRun(models.Model):
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
         return None
+
+
+class CapacityPlan(models.Model):
+    """A saved capacity plan: the traffic and SLA asked for, the candidates compared, and the answer.
+
+    ``rows`` holds one result per candidate (model version × GPU type × tensor parallel): per-GPU
+    goodput (measured where a matching run exists, else predicted by the simulator, labelled),
+    GPUs and replicas needed, and the monthly cost. Shared by its ``token`` URL.
+    """
+
+    token = models.UUIDField(unique=True, editable=False)
+    name = models.CharField(max_length=128)
+    inputs = models.JSONField(help_text="peak QPS, length distributions, SLA, redundancy")
+    candidates = models.JSONField(help_text="[{model_version_id, gpu_type_id, tensor_parallel}]")
+    rows = models.JSONField(default=list)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
