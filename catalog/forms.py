@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
-from catalog.constants import Framework, Lifecycle, Precision
+from catalog.constants import Framework, KvCacheDtype, Lifecycle, Precision
 from catalog.models import GpuType, Model, ModelVersion
 from governor.forms import BootstrapMixin
 
@@ -115,3 +115,21 @@ class GpuCostVersionForm(BootstrapMixin, forms.Form):
     )
     effective_from = forms.DateTimeField(required=False, help_text="Empty = now (UTC).")
     note = forms.CharField(max_length=200, required=False)
+
+
+class KvCalculatorForm(BootstrapMixin, forms.Form):
+    """What-if inputs of the KV/memory calculator."""
+
+    version = forms.ModelChoiceField(queryset=ModelVersion.objects.none(), label="Model version")
+    gpu_type = forms.ModelChoiceField(queryset=GpuType.objects.none(), label="GPU type")
+    tensor_parallel = forms.TypedChoiceField(choices=[(n, n) for n in (1, 2, 4, 8)], coerce=int, initial=1)
+    context_len = forms.IntegerField(
+        min_value=1, max_value=10_000_000, initial=8192, label="Context length (tokens)"
+    )
+    concurrency = forms.IntegerField(min_value=1, max_value=100_000, initial=32, label="Concurrent sequences")
+    kv_cache_dtype = forms.ChoiceField(choices=KvCacheDtype.choices, initial="auto", label="KV dtype")
+
+    def __init__(self, *args, versions, gpus, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["version"].queryset = versions
+        self.fields["gpu_type"].queryset = gpus

@@ -236,3 +236,39 @@ def gpu_cost_version_create(
         evidence={"formula": formula, "terms": terms},
     )
     return version
+
+
+def kv_memory_whatif(
+    *,
+    version: ModelVersion,
+    gpu_type: GpuType,
+    tensor_parallel: int,
+    context_len: int,
+    concurrency: int,
+    kv_cache_dtype: str,
+    gpu_memory_utilization: float = 0.9,
+) -> dict:
+    """Does ``concurrency`` sequences of ``context_len`` tokens fit on ``tensor_parallel`` GPUs?
+
+    KV bytes/token = 2 × layers × kv_heads × head_dim × bytes per element; the batch needs
+    concurrency × context × that, against the pool left after weights and the activation reserve.
+    """
+    if tensor_parallel < 1 or context_len < 1 or concurrency < 1:
+        raise ValidationError("Tensor parallel, context length and concurrency must be at least 1.")
+    spec = version.model.to_spec(precision=version.precision, kv_cache_dtype=kv_cache_dtype)
+    est = estimate_memory(
+        model=spec,
+        gpu=gpu_type.to_spec(),
+        tensor_parallel=tensor_parallel,
+        gpu_memory_utilization=gpu_memory_utilization,
+        context_len=context_len,
+    )
+    needed = concurrency * context_len * est.kv_bytes_per_token
+    return {
+        "estimate": est,
+        "kv_needed_bytes": needed,
+        "fits": est.fits and needed <= est.kv_pool_bytes,
+        "headroom_seqs": est.max_concurrent_seqs - concurrency,
+        "formula": "KV bytes/token = 2 × layers × kv_heads × head_dim × bytes/element; "
+        "batch KV = concurrency × context × KV bytes/token ≤ GPU memory × TP × utilization − weights − reserve",
+    }

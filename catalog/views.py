@@ -15,6 +15,7 @@ from catalog.forms import (
     EstimateForm,
     GpuCostVersionForm,
     GpuTypeForm,
+    KvCalculatorForm,
     LifecycleForm,
     ModelForm,
     ModelVersionForm,
@@ -226,3 +227,21 @@ class GpuCostVersionCreateView(PlatformAdminRequiredMixin, View):
 
 def catalog_home(request):
     return redirect(reverse("catalog:version_list"))
+
+
+class KvCalculatorView(PlatformUserRequiredMixin, View):
+    """KV/memory what-if: context length × concurrency × KV dtype on a GPU type at a TP size."""
+
+    def get(self, request):
+        form = KvCalculatorForm(
+            request.GET or None, versions=selectors.model_version_list(), gpus=selectors.gpu_type_list()
+        )
+        result = None
+        if form.is_bound and form.is_valid():
+            d = form.cleaned_data
+            result = services.kv_memory_whatif(
+                version=d["version"], gpu_type=d["gpu_type"], tensor_parallel=d["tensor_parallel"],
+                context_len=d["context_len"], concurrency=d["concurrency"], kv_cache_dtype=d["kv_cache_dtype"],
+            )  # fmt: skip
+        status = 400 if form.is_bound and not form.is_valid() else 200
+        return render(request, "catalog/kv_calculator.html", {"form": form, "result": result}, status=status)
