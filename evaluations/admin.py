@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from evaluations.models import BenchmarkRun
+from evaluations.models import BenchmarkRun, CapacityPlan
 from governor.admin_views import ReadOnlyAdmin
 
 
@@ -24,3 +24,8 @@ class BenchmarkRunAdmin(ReadOnlyAdmin):
     search_fields = ("name", "model_name")
     raw_id_fields = ("deployment", "model_version", "gpu_type", "created_by")
     readonly_fields = ("results", "series", "snapshot")
+
+
+@admin.register(CapacityPlan)
+class CapacityPlanAdmin(ReadOnlyAdmin):
+    list_display = ("name", "token", "created_by", "created_at")
