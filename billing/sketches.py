@@ -1,50 +1,100 @@
-"""Latency sketches: DDSketch with 1% relative accuracy, serialized as its protobuf.
+"""Latency sketches: DDSketch (1% relative accuracy, logarithmic mapping), stored as its protobuf.
 
-DDSketches merge exactly (bucket counts add), so percentiles over any set of rollup rows come from
-one merged sketch. This module imports no Django so benchmarks and tests can use it directly.
+DDSketches merge exactly: bucket counts add. The rollup therefore never builds sketch objects per
+event: PostgreSQL computes each value's bucket key, ``ceil(ln(v) / ln(gamma))`` (the same key as
+``ddsketch.LogarithmicMapping``), and counts per key; Python adds the counts into bins and writes
+the standard DDSketch protobuf, which any DDSketch library reads. Percentiles over any set of rows
+come from one merged sketch, never from averaging percentiles. This module imports no Django.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from ddsketch import DDSketch
-from ddsketch.pb import ddsketch_pb2
+from ddsketch.pb import ddsketch_pb2 as pb
 from ddsketch.pb.proto import DDSketchProto
 
 RELATIVE_ACCURACY = 0.01
+GAMMA = 1 + 2 * RELATIVE_ACCURACY / (1 - RELATIVE_ACCURACY)
+LN_GAMMA = math.log1p(2 * RELATIVE_ACCURACY / (1 - RELATIVE_ACCURACY))
+
+Bins = dict[int, int]  # bucket key -> count; key None is kept as the zero count
 
 
-def sketch_new() -> DDSketch:
-    return DDSketch(relative_accuracy=RELATIVE_ACCURACY)
-
-
-def sketch_dumps(sketch: DDSketch | None) -> bytes | None:
-    if sketch is None or sketch.count == 0:
+def key_of(value: float) -> int | None:
+    """The bucket key of a positive value (None for values ≤ 0, counted as zeros)."""
+    if value is None or value <= 0:
         return None
-    return DDSketchProto.to_proto(sketch).SerializeToString()
+    return math.ceil(math.log(value) / LN_GAMMA)
 
 
-def sketch_loads(data: bytes | memoryview | None) -> DDSketch | None:
+def bins_dumps(bins: Bins, zero: int = 0) -> bytes | None:
+    """The DDSketch protobuf of positive bins (and a zero count); None when empty."""
+    if not bins and not zero:
+        return None
+    store = pb.Store()
+    if bins:
+        lo, hi = min(bins), max(bins)
+        store.contiguousBinIndexOffset = lo
+        store.contiguousBinCounts.extend(float(bins.get(k, 0)) for k in range(lo, hi + 1))
+    proto = pb.DDSketch(
+        mapping=pb.IndexMapping(gamma=GAMMA, indexOffset=0.0, interpolation=pb.IndexMapping.NONE),
+        positiveValues=store,
+        negativeValues=pb.Store(),
+        zeroCount=float(zero),
+    )
+    return proto.SerializeToString()
+
+
+def bins_loads(data: bytes | memoryview | None) -> tuple[Bins, int]:
+    """(bins, zero count) of a serialized sketch; empty for None."""
     if not data:
-        return None
-    proto = ddsketch_pb2.DDSketch()
+        return {}, 0
+    proto = pb.DDSketch()
     proto.ParseFromString(bytes(data))
-    return DDSketchProto.from_proto(proto)
+    store = proto.positiveValues
+    k0 = store.contiguousBinIndexOffset
+    bins = {k0 + i: int(c) for i, c in enumerate(store.contiguousBinCounts) if c}
+    for k, c in store.binCounts.items():
+        bins[k] = bins.get(k, 0) + int(c)
+    return bins, int(proto.zeroCount)
+
+
+def bins_add(into: Bins, other: Bins) -> Bins:
+    for k, c in other.items():
+        into[k] = into.get(k, 0) + c
+    return into
 
 
 def sketch_merge(blobs: Iterable[bytes | memoryview | None]) -> DDSketch | None:
-    """One sketch from many serialized ones (None when none holds a value)."""
-    merged: DDSketch | None = None
+    """One DDSketch from many serialized ones (None when none holds a value)."""
+    bins: Bins = {}
+    zero = 0
     for blob in blobs:
-        s = sketch_loads(blob)
-        if s is None:
-            continue
-        if merged is None:
-            merged = s
+        b, z = bins_loads(blob)
+        bins_add(bins, b)
+        zero += z
+    data = bins_dumps(bins, zero)
+    if data is None:
+        return None
+    proto = pb.DDSketch()
+    proto.ParseFromString(data)
+    return DDSketchProto.from_proto(proto)
+
+
+def sketch_of(values: Iterable[float]) -> bytes | None:
+    """Serialize plain values (tests and tools): the same bins the rollup's SQL computes."""
+    bins: Bins = {}
+    zero = 0
+    for v in values:
+        k = key_of(v)
+        if k is None:
+            zero += 1
         else:
-            merged.merge(s)
-    return merged
+            bins[k] = bins.get(k, 0) + 1
+    return bins_dumps(bins, zero)
 
 
 def sketch_quantiles(

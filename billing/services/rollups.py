@@ -2,12 +2,16 @@
 
 How it stays exact (ADR 0012):
 - A high-water mark (``RollupCursor``) on the event id. Each batch runs in one transaction that
-  locks the cursor row, reads the next events after it, merges them into the rollup rows and moves
-  the cursor. A crash anywhere in the batch rolls all of it back; the next run redoes it.
-- Ids are taken from a sequence, so a shipper transaction still open may hold an id lower than one
+  locks the cursor row, aggregates the next events after it, merges them into the rollup rows and
+  moves the cursor. A crash anywhere in the batch rolls all of it back; the next run redoes it.
+- Ids come from a sequence, so a shipper transaction still open may hold an id lower than one
   already committed. The rollup therefore stops short of the first event received within the last
   ``lag_seconds`` (the shipper stamps ``received_at = now()`` at the start of its short transaction),
   and never reads past it: a late commit lands behind the fresh event and is picked up next time.
+
+How it stays fast: PostgreSQL does the aggregation (sums per hour × dimensions, and each latency's
+DDSketch bucket key with a count per key); Python only adds those into the existing rows' totals
+and sketch bins and writes them back with one upsert per row, pipelined.
 """
 
 from __future__ import annotations
@@ -17,29 +21,63 @@ import logging
 from dataclasses import dataclass, field
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from billing.models import RollupCursor, UsageRollup
-from billing.sketches import sketch_dumps, sketch_loads, sketch_new
+from billing.sketches import LN_GAMMA, Bins, bins_add, bins_dumps, bins_loads
 
 log = logging.getLogger(__name__)
 
 CURSOR_NAME = "usage"
-DEFAULT_BATCH = 5000
+DEFAULT_BATCH = 50_000
 DEFAULT_LAG_SECONDS = 30.0
-
-_BATCH_SQL = """
-SELECT id, tenant_id, public_model, COALESCE(version_id, 0), COALESCE(api_key_id, 0),
-       COALESCE(deployment_id, 0), started_at, status, prompt_tokens, completion_tokens,
-       cached_tokens, cost_nanos, ttft_ms, tpot_ms
-FROM billing_usage_event
-WHERE id > %(after)s AND (%(fresh)s::bigint IS NULL OR id < %(fresh)s::bigint)
-ORDER BY id
-LIMIT %(limit)s
-"""
 
 _FRESH_SQL = """
 SELECT min(id) FROM billing_usage_event
 WHERE id > %(after)s AND received_at >= clock_timestamp() - make_interval(secs => %(lag)s)
+"""
+
+_UPTO_SQL = """
+SELECT max(id), count(*) FROM (
+  SELECT id FROM billing_usage_event
+  WHERE id > %(after)s AND (%(fresh)s::bigint IS NULL OR id < %(fresh)s::bigint)
+  ORDER BY id LIMIT %(limit)s
+) s
+"""
+
+_DIMS = """date_trunc('hour', started_at AT TIME ZONE 'UTC') AS hour, tenant_id, public_model,
+  COALESCE(version_id, 0) AS version_id, COALESCE(api_key_id, 0) AS api_key_id,
+  COALESCE(deployment_id, 0) AS deployment_id"""
+
+_SUMS_SQL = f"""
+SELECT {_DIMS}, count(*), count(*) FILTER (WHERE status <> 'ok'), sum(prompt_tokens), sum(completion_tokens),
+       sum(cached_tokens), sum(cost_nanos)
+FROM billing_usage_event WHERE id > %(after)s AND id <= %(upto)s
+GROUP BY 1, 2, 3, 4, 5, 6
+"""
+
+# One row per (hour, dimensions, metric, bucket key): the DDSketch bins of TTFT and TPOT.
+_BINS_SQL = f"""
+SELECT hour, tenant_id, public_model, version_id, api_key_id, deployment_id, metric, k, count(*) FROM (
+  SELECT {_DIMS}, 't' AS metric, CASE WHEN ttft_ms > 0 THEN ceil(ln(ttft_ms) / %(ln_gamma)s)::int END AS k
+  FROM billing_usage_event WHERE id > %(after)s AND id <= %(upto)s AND ttft_ms IS NOT NULL
+  UNION ALL
+  SELECT {_DIMS}, 'p' AS metric, CASE WHEN tpot_ms > 0 THEN ceil(ln(tpot_ms) / %(ln_gamma)s)::int END AS k
+  FROM billing_usage_event WHERE id > %(after)s AND id <= %(upto)s AND tpot_ms IS NOT NULL
+) s
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+"""
+
+_UPSERT_SQL = """
+INSERT INTO billing_usage_rollup (granularity, bucket_start, tenant_id, public_model, version_id, api_key_id,
+    deployment_id, requests, errors, prompt_tokens, completion_tokens, cached_tokens, cost_nanos, ttft_sketch,
+    tpot_sketch, updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (granularity, bucket_start, tenant_id, public_model, version_id, api_key_id, deployment_id)
+DO UPDATE SET requests = EXCLUDED.requests, errors = EXCLUDED.errors, prompt_tokens = EXCLUDED.prompt_tokens,
+    completion_tokens = EXCLUDED.completion_tokens, cached_tokens = EXCLUDED.cached_tokens,
+    cost_nanos = EXCLUDED.cost_nanos, ttft_sketch = EXCLUDED.ttft_sketch, tpot_sketch = EXCLUDED.tpot_sketch,
+    updated_at = EXCLUDED.updated_at
 """
 
 
@@ -51,107 +89,95 @@ class _Acc:
     completion: int = 0
     cached: int = 0
     cost: int = 0
-    ttft: object = field(default=None)
-    tpot: object = field(default=None)
+    ttft: Bins = field(default_factory=dict)
+    ttft_zero: int = 0
+    tpot: Bins = field(default_factory=dict)
+    tpot_zero: int = 0
 
 
-def _hour(ts: dt.datetime) -> dt.datetime:
-    ts = ts.astimezone(dt.UTC)
-    return ts.replace(minute=0, second=0, microsecond=0)
+def _utc(naive: dt.datetime) -> dt.datetime:
+    return naive.replace(tzinfo=dt.UTC) if naive.tzinfo is None else naive.astimezone(dt.UTC)
 
 
-def _day(ts: dt.datetime) -> dt.datetime:
-    ts = ts.astimezone(dt.UTC)
-    return ts.replace(hour=0, minute=0, second=0, microsecond=0)
-
-
-def _aggregate(rows) -> dict[tuple, _Acc]:
+def _aggregate(cur, after: int, upto: int) -> dict[tuple, _Acc]:
+    """Hourly and daily groups of the events in (after, upto], aggregated by PostgreSQL."""
     groups: dict[tuple, _Acc] = {}
-    for (
-        _id, tenant_id, model, version_id, key_id, dep_id, started, status, prompt, completion, cached,
-        cost, ttft, tpot,
-    ) in rows:  # fmt: skip
-        dims = (tenant_id, model, version_id, key_id, dep_id)
-        for gran, bucket in (
-            (UsageRollup.Granularity.HOUR, _hour(started)),
-            (UsageRollup.Granularity.DAY, _day(started)),
-        ):
-            acc = groups.get((gran, bucket, *dims))
+
+    def accs(hour, dims):
+        hour = _utc(hour)
+        day = hour.replace(hour=0)
+        for key in (("hour", hour, *dims), ("day", day, *dims)):
+            acc = groups.get(key)
             if acc is None:
-                acc = groups[(gran, bucket, *dims)] = _Acc()
-            acc.requests += 1
-            acc.errors += status != "ok"
-            acc.prompt += prompt
-            acc.completion += completion
-            acc.cached += cached
-            acc.cost += cost
-            if ttft is not None:
-                if acc.ttft is None:
-                    acc.ttft = sketch_new()
-                acc.ttft.add(ttft)
-            if tpot is not None:
-                if acc.tpot is None:
-                    acc.tpot = sketch_new()
-                acc.tpot.add(tpot)
+                acc = groups[key] = _Acc()
+            yield acc
+
+    cur.execute(_SUMS_SQL, {"after": after, "upto": upto})
+    for hour, *rest in cur.fetchall():
+        dims, (n, errors, prompt, completion, cached, cost) = tuple(rest[:5]), rest[5:]
+        for acc in accs(hour, dims):
+            acc.requests += n
+            acc.errors += errors
+            acc.prompt += int(prompt or 0)
+            acc.completion += int(completion or 0)
+            acc.cached += int(cached or 0)
+            acc.cost += int(cost or 0)
+    cur.execute(_BINS_SQL, {"after": after, "upto": upto, "ln_gamma": LN_GAMMA})
+    for hour, *rest in cur.fetchall():
+        dims, (metric, k, n) = tuple(rest[:5]), rest[5:]
+        for acc in accs(hour, dims):
+            if k is None:
+                if metric == "t":
+                    acc.ttft_zero += n
+                else:
+                    acc.tpot_zero += n
+            else:
+                b = acc.ttft if metric == "t" else acc.tpot
+                b[k] = b.get(k, 0) + n
     return groups
-
-
-def _merge_sketch(existing: bytes | memoryview | None, new) -> bytes | None:
-    if new is None:
-        return bytes(existing) if existing else None
-    old = sketch_loads(existing)
-    if old is not None:
-        new.merge(old)
-    return sketch_dumps(new)
 
 
 def _merge_into_rollups(groups: dict[tuple, _Acc]) -> int:
     """Add each group to its rollup row (created when missing). The caller holds the cursor lock."""
     if not groups:
         return 0
-    buckets = {k[1] for k in groups}
-    tenants = {k[2] for k in groups}
-    existing = {
-        (
-            r.granularity,
-            r.bucket_start,
-            r.tenant_id,
-            r.public_model,
-            r.version_id,
-            r.api_key_id,
-            r.deployment_id,
-        ): r
-        for r in UsageRollup.objects.filter(bucket_start__in=buckets, tenant_id__in=tenants)
-    }
-    to_update, to_create = [], []
+    buckets = sorted({k[1] for k in groups})
+    tenants = sorted({k[2] for k in groups})
+    existing = {}
+    for row in UsageRollup.objects.filter(bucket_start__in=buckets, tenant_id__in=tenants).values_list(
+        "granularity", "bucket_start", "tenant_id", "public_model", "version_id", "api_key_id", "deployment_id",
+        "requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nanos",
+        "ttft_sketch", "tpot_sketch",
+    ):  # fmt: skip
+        key = (row[0], _utc(row[1]), *row[2:7])
+        if key in groups:
+            existing[key] = row[7:]
+    now = timezone.now()
+    params = []
     for key, acc in groups.items():
-        row = existing.get(key)
-        if row is None:
-            gran, bucket, tenant_id, model, version_id, key_id, dep_id = key
-            row = UsageRollup(
-                granularity=gran, bucket_start=bucket, tenant_id=tenant_id, public_model=model,
-                version_id=version_id, api_key_id=key_id, deployment_id=dep_id,
-            )  # fmt: skip
-            to_create.append(row)
-        else:
-            to_update.append(row)
-        row.requests += acc.requests
-        row.errors += acc.errors
-        row.prompt_tokens += acc.prompt
-        row.completion_tokens += acc.completion
-        row.cached_tokens += acc.cached
-        row.cost_nanos += acc.cost
-        row.ttft_sketch = _merge_sketch(row.ttft_sketch, acc.ttft)
-        row.tpot_sketch = _merge_sketch(row.tpot_sketch, acc.tpot)
-    if to_create:
-        UsageRollup.objects.bulk_create(to_create, batch_size=1000)
-    if to_update:
-        UsageRollup.objects.bulk_update(
-            to_update,
-            ["requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nanos",
-             "ttft_sketch", "tpot_sketch", "updated_at"],
-            batch_size=500,
+        old = existing.get(key)
+        if old is not None:
+            requests, errors, prompt, completion, cached, cost, ttft_blob, tpot_blob = old
+            tb, tz = bins_loads(ttft_blob)
+            pb_, pz = bins_loads(tpot_blob)
+            acc.requests += requests
+            acc.errors += errors
+            acc.prompt += prompt
+            acc.completion += completion
+            acc.cached += cached
+            acc.cost += cost
+            bins_add(acc.ttft, tb)
+            acc.ttft_zero += tz
+            bins_add(acc.tpot, pb_)
+            acc.tpot_zero += pz
+        gran, bucket, tenant_id, model, version_id, key_id, dep_id = key
+        params.append(
+            (gran, bucket, tenant_id, model, version_id, key_id, dep_id, acc.requests, acc.errors, acc.prompt,
+             acc.completion, acc.cached, acc.cost, bins_dumps(acc.ttft, acc.ttft_zero),
+             bins_dumps(acc.tpot, acc.tpot_zero), now)
         )  # fmt: skip
+    with connection.cursor() as cur:
+        cur.executemany(_UPSERT_SQL, params)
     return len(groups)
 
 
@@ -164,15 +190,16 @@ def usage_rollup_batch(*, batch_size: int = DEFAULT_BATCH, lag_seconds: float = 
         with connection.cursor() as cur:
             cur.execute(_FRESH_SQL, {"after": after, "lag": float(lag_seconds)})
             fresh = cur.fetchone()[0]
-            cur.execute(_BATCH_SQL, {"after": after, "fresh": fresh, "limit": int(batch_size)})
-            rows = cur.fetchall()
-        if not rows:
-            return 0
-        _merge_into_rollups(_aggregate(rows))
-        cursor_row.last_event_id = rows[-1][0]
-        cursor_row.events_total += len(rows)
+            cur.execute(_UPTO_SQL, {"after": after, "fresh": fresh, "limit": int(batch_size)})
+            upto, count = cur.fetchone()
+            if not count:
+                return 0
+            groups = _aggregate(cur, after, upto)
+        _merge_into_rollups(groups)
+        cursor_row.last_event_id = upto
+        cursor_row.events_total += count
         cursor_row.save(update_fields=["last_event_id", "events_total", "updated_at"])
-    return len(rows)
+    return count
 
 
 def usage_rollup_run(

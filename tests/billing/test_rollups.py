@@ -162,7 +162,7 @@ def test_a_crash_mid_batch_leaves_no_partial_rollup_and_the_rerun_is_exact(tenan
 
 @pytest.mark.django_db(transaction=True)
 def test_a_rollup_process_killed_mid_transaction_loses_nothing_and_counts_nothing_twice(tenant):
-    """A real crash: a rollup process blocks on a row lock mid-batch (after inserting new rows), is
+    """A real crash: a rollup process blocks on a row lock mid-batch (in its upsert), is
     killed with SIGKILL, and a fresh run then produces exactly the event totals."""
     make_event(tenant, at=BASE)
     usage_rollup_run(lag_seconds=0)
@@ -179,14 +179,14 @@ def test_a_rollup_process_killed_mid_transaction_loses_nothing_and_counts_nothin
                 while True:
                     waiting = watcher.execute(
                         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND query LIKE 'UPDATE \"billing_usage_rollup\"%%'"
+                        "AND query LIKE '%%INSERT INTO billing_usage_rollup%%'"
                     ).fetchone()[0]
                     if waiting:
                         break
                     assert proc.poll() is None, "the rollup process ended before reaching the lock"
                     assert time.monotonic() < deadline, "the rollup never blocked on the locked row"
                     time.sleep(0.1)
-                # It has inserted the new hourly rows in its transaction; kill it there.
+                # It is mid-upsert, inside its batch transaction, holding the cursor lock: kill it there.
                 proc.kill()
                 proc.wait(timeout=30)
         finally:
