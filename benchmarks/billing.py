@@ -73,7 +73,7 @@ SELECT gen_random_uuid(), x.tenant_id, x.key_id, x.model, x.model_i + 1, 'bench-
        NULL, x.prompt, x.completion, 0, x.prompt * 1000 + x.completion * 3000,
        50 + 400 * random() ^ 3, 10 + 40 * random() ^ 2, NULL,
        CASE WHEN x.g %% 97 = 0 THEN 'error' ELSE 'ok' END, '', CASE WHEN x.g %% 97 = 0 THEN 500 ELSE 200 END,
-       true, false, x.at, x.at, x.at, 'bench'
+       true, false, x.at, x.at, CASE WHEN %(fresh)s THEN now() ELSE x.at END, 'bench'
 FROM (
   SELECT g,
          (%(tenants)s::bigint[])[1 + (g * 7919) %% %(n_tenants)s] AS tenant_id,
@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     from django.test import Client
     from django.urls import reverse
 
-    from billing.models import ApiKey, Budget, Membership, Tenant
-    from billing.services.rollups import usage_rollup_run
+    from billing.models import ApiKey, Budget, Membership, RollupCursor, Tenant
+    from billing.services.rollups import usage_rollup_batch
 
     tenants = [Tenant.objects.create(name=f"Bench tenant {i}", slug=f"bench-{i}") for i in range(TENANTS)]
     keys = [
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 GENERATE_SQL,
                 {"tenants": [t.pk for t in tenants], "n_tenants": TENANTS, "keys": [k.pk for k in keys],
                  "n_keys": len(keys), "models": MODELS, "start": start, "total": args.events, "days": DAYS,
-                 "lo": lo, "hi": hi},
+                 "lo": lo, "hi": hi, "fresh": False},
             )  # fmt: skip
             print(f"# generated {hi:,} events", flush=True)
         cur.execute("ANALYZE billing_usage_event")
@@ -164,15 +164,24 @@ def main(argv: list[str] | None = None) -> int:
                     GENERATE_SQL,
                     {"tenants": [t.pk for t in tenants], "n_tenants": TENANTS, "keys": [k.pk for k in keys],
                      "n_keys": len(keys), "models": MODELS, "start": now, "total": 10**9, "days": 1,
-                     "lo": 1, "hi": 200},
+                     "lo": 1, "hi": 200, "fresh": True},
                 )  # fmt: skip
                 written["n"] += 200
                 time.sleep(0.05)
 
     th = threading.Thread(target=writer, daemon=True)
     th.start()
+    with connection.cursor() as cur:
+        cur.execute("SELECT max(id) FROM billing_usage_event")
+        generated_max = cur.fetchone()[0]
+    # Roll up until every generated event is in (the writer's events, received within the lag, wait).
     t0 = time.perf_counter()
-    result = usage_rollup_run(batch_size=args.batch, lag_seconds=30.0)
+    result = {"events": 0}
+    while True:
+        n = usage_rollup_batch(batch_size=args.batch, lag_seconds=30.0)
+        result["events"] += n
+        if n == 0 or RollupCursor.objects.get(name="usage").last_event_id >= generated_max:
+            break
     rollup_s = time.perf_counter() - t0
     stop.set()
     th.join(timeout=30)
