@@ -122,14 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     from django.test import Client
     from django.urls import reverse
 
-    from billing.models import ApiKey, Budget, Membership, RollupCursor, Tenant
+    from billing.selectors.costs import rollup_freshness
+    from billing.services.budgets import budget_set
+    from billing.services.keys import api_key_create
     from billing.services.rollups import usage_rollup_batch
+    from billing.services.tenancy import membership_set, tenant_create
 
-    tenants = [Tenant.objects.create(name=f"Bench tenant {i}", slug=f"bench-{i}") for i in range(TENANTS)]
+    tenants = [tenant_create(name=f"Bench tenant {i}", slug=f"bench-{i}") for i in range(TENANTS)]
     keys = [
-        ApiKey.objects.create(
-            tenant=t, name=f"key-{k}", prefix=f"gk-{t.pk}-{k}", key_hash=f"{t.pk:032d}{k:032d}"
-        )
+        api_key_create(tenant=t, name=f"key-{k}", actor="system:benchmark")[0]
         for t in tenants
         for k in range(KEYS_PER_TENANT)
     ]
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         n = usage_rollup_batch(batch_size=args.batch, lag_seconds=30.0)
         result["events"] += n
-        if n == 0 or RollupCursor.objects.get(name="usage").last_event_id >= generated_max:
+        if n == 0 or rollup_freshness()["last_event_id"] >= generated_max:
             break
     rollup_s = time.perf_counter() - t0
     stop.set()
@@ -190,11 +191,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{written['n']:,} written concurrently", flush=True)  # fmt: skip
 
     tenant = tenants[0]
-    Budget.objects.create(
-        tenant=tenant, amount_usd=Decimal("1000"), period="monthly", soft_threshold_percents=[50]
+    budget_set(
+        tenant=tenant, amount_usd=Decimal("1000"), period="monthly", soft_threshold_percents=[50], actor=None
     )
     user = get_user_model().objects.create(username="bench-member")
-    Membership.objects.create(user=user, tenant=tenant, role="member")
+    membership_set(user=user, tenant=tenant, role="member")
     client = Client()
     client.force_login(user)
     page = (

@@ -6,27 +6,43 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('evaluations', '0002_benchmarkrun_heartbeat'),
+        ("evaluations", "0002_benchmarkrun_heartbeat"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='CapacityPlan',
+            name="CapacityPlan",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('token', models.UUIDField(editable=False, unique=True)),
-                ('name', models.CharField(max_length=128)),
-                ('inputs', models.JSONField(help_text='peak QPS, length distributions, SLA, redundancy')),
-                ('candidates', models.JSONField(help_text='[{model_version_id, gpu_type_id, tensor_parallel}]')),
-                ('rows', models.JSONField(default=list)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("token", models.UUIDField(editable=False, unique=True)),
+                ("name", models.CharField(max_length=128)),
+                ("inputs", models.JSONField(help_text="peak QPS, length distributions, SLA, redundancy")),
+                (
+                    "candidates",
+                    models.JSONField(help_text="[{model_version_id, gpu_type_id, tensor_parallel}]"),
+                ),
+                ("rows", models.JSONField(default=list)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
     ]
