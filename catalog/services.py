@@ -16,11 +16,22 @@ HOURS_PER_MONTH = HOURS_PER_YEAR / 12
 
 
 def gpu_hourly_cost(gpu_type: GpuType) -> Decimal:
-    """$ per GPU-hour: the owned-GPU TCO when its inputs are complete, else the rental price.
+    """$ per GPU-hour used for pricing: the all-pools GPU cost version in force when there is one
+    (its formula and terms are on the GPU page), else the owned-GPU TCO when the GPU type's own
+    inputs are complete, else the rental price.
 
     TCO/hour = purchase / (years * 8766) + power_kW * PUE * $/kWh + datacenter_ops_per_month / 730.5
     (DOMAIN.md "Cost": depreciation, power, datacenter and operations, not just a rental price).
     """
+    from django.utils import timezone
+
+    version = (
+        GpuCostVersion.objects.filter(gpu_type=gpu_type, pool="", effective_from__lte=timezone.now())
+        .order_by("-effective_from", "-pk")
+        .first()
+    )
+    if version is not None:
+        return version.usd_per_gpu_hour
     g = gpu_type
     tco_inputs = (g.purchase_price_usd, g.depreciation_years, g.power_kw, g.pue, g.electricity_usd_per_kwh)
     if all(value is not None for value in tco_inputs):

@@ -140,3 +140,16 @@ def test_admin_adds_a_version_and_bad_input_is_a_400(admin_client):
     assert ok.status_code == 302
     v = gpu_cost_in_force(gpu_type_id=gpu.pk, pool="online")
     assert v.basis == "tco" and v.usd_per_gpu_hour > 0 and v.created_by.username == "admin"
+
+
+def test_the_version_in_force_is_the_hourly_cost_pricing_uses(admin_user, member_client):
+    from catalog.services import gpu_hourly_cost
+
+    gpu = GpuTypeFactory()
+    assert gpu_hourly_cost(gpu) == D("2.49")  # no version yet: the GPU type's rental figure
+    v = gpu_cost_version_create(gpu_type=gpu, basis="rent", rent_usd_per_hour=D("3"), target_utilization=D("0.75"), actor=admin_user)  # fmt: skip
+    assert gpu_hourly_cost(gpu) == D("4.0000")
+    html = member_client.get(reverse("catalog:gpu_list")).content.decode()
+    assert "$4.0000/h" in html
+    detail = member_client.get(reverse("catalog:gpu_detail", args=[gpu.pk])).content.decode()
+    assert f"cost version #{v.pk}" in detail
