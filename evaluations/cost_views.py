@@ -8,6 +8,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views import View
+from django_htmx.http import HttpResponseClientRefresh
 
 from evaluations.cost_forms import CapacityPlanForm
 from evaluations.planner import capacity_plan_create, capacity_plan_get, capacity_plan_list
@@ -107,6 +108,10 @@ class CapacityPlanDetailView(PlatformUserRequiredMixin, View):
         plan = capacity_plan_get(token=token)
         if plan is None:
             raise Http404("No such plan.")
+        if request.GET.get("part") == "progress":
+            if not plan.is_active and request.htmx:
+                return HttpResponseClientRefresh()  # done: reload the page with the table and chart
+            return render(request, "evaluations/partials/plan_progress.html", {"plan": plan})
         ok = [r for r in plan.rows if r.get("ok")]
         chart = {
             "labels": [r["candidate"] for r in ok],

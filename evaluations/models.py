@@ -136,6 +136,9 @@ class CapacityPlan(models.Model):
     inputs = models.JSONField(help_text="peak QPS, length distributions, SLA, redundancy")
     candidates = models.JSONField(help_text="[{model_version_id, gpu_type_id, tensor_parallel}]")
     rows = models.JSONField(default=list)
+    status = models.CharField(max_length=10, default="queued", help_text="queued, running, done or failed")
+    progress = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(100)])
+    error = models.TextField(blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -146,3 +149,7 @@ class CapacityPlan(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ("queued", "running")

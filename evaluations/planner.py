@@ -169,7 +169,10 @@ def plan_row(*, version_id: int, gpu_type_id: int, tensor_parallel: int, inputs:
 
 @transaction.atomic
 def capacity_plan_create(*, name: str, inputs: dict, candidates: list[dict], actor) -> CapacityPlan:
-    """Compute and save a plan; nothing is saved when an input or the candidate list is bad."""
+    """Validate and save a plan, then compute it on a worker (its row shows progress).
+
+    Nothing is saved when an input or the candidate list is bad.
+    """
     clean = plan_inputs_validate(inputs)
     if not candidates:
         raise ValidationError(
@@ -179,18 +182,50 @@ def capacity_plan_create(*, name: str, inputs: dict, candidates: list[dict], act
         raise ValidationError({"candidates": f"At most {MAX_CANDIDATES} candidates per plan."})
     if not (name or "").strip():
         raise ValidationError({"name": "Give the plan a name."})
-    rows = [
-        plan_row(version_id=c["model_version_id"], gpu_type_id=c["gpu_type_id"], tensor_parallel=c["tensor_parallel"], inputs=clean)
-        for c in candidates
-    ]  # fmt: skip
-    rows.sort(key=lambda r: (not r["ok"], r.get("monthly_usd") or 0))
-    return CapacityPlan.objects.create(
+    plan = CapacityPlan.objects.create(
         token=uuid.uuid4(),
         name=name.strip()[:128],
         inputs={**clean, "formula": FORMULA},
         candidates=candidates,
-        rows=rows,
         created_by=actor if getattr(actor, "pk", None) else None,
+    )
+    transaction.on_commit(lambda: _enqueue(plan.pk))
+    return plan
+
+
+def _enqueue(plan_id: int) -> None:
+    from evaluations.tasks import capacity_plan_compute_task
+
+    capacity_plan_compute_task.delay(plan_id)
+
+
+def capacity_plan_compute(*, plan_id: int) -> CapacityPlan:
+    """Compute a queued plan, candidate by candidate, recording progress. Idempotent: a plan that is
+    not queued any more is left alone."""
+    if not CapacityPlan.objects.filter(pk=plan_id, status="queued").update(status="running", progress=0):
+        return CapacityPlan.objects.get(pk=plan_id)
+    plan = CapacityPlan.objects.get(pk=plan_id)
+    rows = []
+    try:
+        for i, c in enumerate(plan.candidates):
+            rows.append(
+                plan_row(version_id=c["model_version_id"], gpu_type_id=c["gpu_type_id"],
+                         tensor_parallel=c["tensor_parallel"], inputs=plan.inputs)
+            )  # fmt: skip
+            CapacityPlan.objects.filter(pk=plan_id).update(progress=int(100 * (i + 1) / len(plan.candidates)))
+    except Exception as exc:
+        CapacityPlan.objects.filter(pk=plan_id).update(
+            status="failed", error=f"{type(exc).__name__}: {exc}"[:2000]
+        )
+        raise
+    rows.sort(key=lambda r: (not r["ok"], r.get("monthly_usd") or 0))
+    CapacityPlan.objects.filter(pk=plan_id).update(rows=rows, status="done", progress=100)
+    return CapacityPlan.objects.get(pk=plan_id)
+
+
+def capacity_plan_fail(*, plan_id: int, error: str) -> None:
+    CapacityPlan.objects.filter(pk=plan_id, status__in=["queued", "running"]).update(
+        status="failed", error=error[:2000]
     )
 
 
