@@ -2,7 +2,22 @@
 
 from django.contrib import admin
 
-from billing.models import ApiKey, Budget, BudgetAlert, Membership, Price, Tenant, TenantLimits, UsageEvent
+from billing.models import (
+    ApiKey,
+    Budget,
+    BudgetAlert,
+    Membership,
+    Notification,
+    Price,
+    Reprice,
+    RollupCursor,
+    Tenant,
+    TenantLimits,
+    TenantWebhook,
+    UsageEvent,
+    UsageRollup,
+    WebhookDelivery,
+)
 from governor.admin_views import ReadOnlyAdmin, ReadOnlyInline
 
 
@@ -69,3 +84,46 @@ class UsageEventAdmin(ReadOnlyAdmin):
     )
     list_filter = ("status", "public_model", "tenant")
     search_fields = ("event_id",)
+
+
+@admin.register(UsageRollup)
+class UsageRollupAdmin(ReadOnlyAdmin):
+    list_display = ("granularity", "bucket_start", "tenant", "public_model", "requests", "cost_nanos")
+    list_filter = ("granularity", "public_model")
+    exclude = ("ttft_sketch", "tpot_sketch")
+
+
+@admin.register(RollupCursor)
+class RollupCursorAdmin(ReadOnlyAdmin):
+    list_display = ("name", "last_event_id", "events_total", "updated_at")
+
+
+@admin.register(Reprice)
+class RepriceAdmin(ReadOnlyAdmin):
+    list_display = (
+        "public_model",
+        "period_start",
+        "period_end",
+        "price",
+        "billed_nanos",
+        "repriced_nanos",
+        "created_at",
+    )
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyAdmin):
+    list_display = ("tenant", "kind", "title", "created_at")
+    list_filter = ("kind", "tenant")
+    exclude = ("read_by",)
+
+
+@admin.register(TenantWebhook)
+class TenantWebhookAdmin(ReadOnlyAdmin):
+    list_display = ("tenant", "url", "is_active", "updated_at")
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    list_display = ("notification", "url", "status", "attempts", "next_attempt_at", "delivered_at")
+    list_filter = ("status",)

@@ -118,3 +118,46 @@ class UsageFilterForm(_Bootstrap, forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["tenant"].queryset = tenants
         self._style()
+
+
+class CostRangeForm(_Bootstrap, forms.Form):
+    """Query parameters of a tenant's cost page and its exports: a date range (UTC) and a bucket."""
+
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(
+        required=False, help_text="Exclusive.", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    bucket = forms.ChoiceField(
+        choices=[("day", "Daily"), ("week", "Weekly"), ("month", "Monthly")], required=False, initial="day"
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._style()
+
+    def clean(self):
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and until <= since:
+            raise forms.ValidationError("The end date must be after the start date.")
+        return data
+
+
+class RepriceForm(_Bootstrap, forms.Form):
+    """Re-price a past period of one model at another price version (recorded, never applied to events)."""
+
+    public_model = forms.CharField(max_length=200)
+    price_id = forms.IntegerField(min_value=1, label="Price version #")
+    period_start = forms.DateTimeField(help_text="UTC")
+    period_end = forms.DateTimeField(help_text="UTC, exclusive")
+    reason = forms.CharField(max_length=500)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._style()
+
+    def clean(self):
+        data = super().clean()
+        if data.get("period_start") and data.get("period_end") and data["period_end"] <= data["period_start"]:
+            raise forms.ValidationError("The period must end after it starts.")
+        return data

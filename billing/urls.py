@@ -1,12 +1,19 @@
 from django.urls import path
 
-from billing.views import budgets, keys, prices, tenancy, usage
+from billing.views import budgets, costs, keys, notifications, prices, tenancy, usage
 
 app_name = "billing"
 
 urlpatterns = [
     path("tenants/", tenancy.TenantListView.as_view(), name="tenant_list"),
     path("tenants/<slug:slug>/", tenancy.TenantDetailView.as_view(), name="tenant_detail"),
+    path("tenants/<slug:slug>/cost/", costs.TenantCostView.as_view(), name="tenant_cost"),
+    path("tenants/<slug:slug>/webhook/", notifications.TenantWebhookView.as_view(), name="tenant_webhook"),
+    path("notifications/", notifications.NotificationListView.as_view(), name="notification_list"),
+    path("notifications/badge/", notifications.NotificationBadgeView.as_view(), name="notification_badge"),
+    path(
+        "notifications/<int:pk>/read/", notifications.NotificationReadView.as_view(), name="notification_read"
+    ),
     path("keys/", keys.ApiKeyListView.as_view(), name="key_list"),
     path("keys/new/", keys.ApiKeyCreateView.as_view(), name="key_create"),
     path("keys/<int:pk>/revoke/", keys.ApiKeyRevokeView.as_view(), name="key_revoke"),
@@ -15,4 +22,5 @@ urlpatterns = [
     path("budgets/<slug:slug>/edit/", budgets.BudgetEditView.as_view(), name="budget_edit"),
     path("prices/", prices.PriceListView.as_view(), name="price_list"),
     path("prices/new/", prices.PriceCreateView.as_view(), name="price_create"),
+    path("prices/reprice/", prices.RepriceCreateView.as_view(), name="reprice_create"),
 ]

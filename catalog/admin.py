@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from catalog.models import GpuType, Model, ModelVersion
+from catalog.models import GpuCostVersion, GpuType, Model, ModelVersion
 from governor.admin_views import ReadOnlyAdmin
 
 
@@ -32,3 +32,11 @@ class ModelVersionAdmin(ReadOnlyAdmin):
     list_filter = ("precision", "framework", "lifecycle")
     search_fields = ("model__name", "label")
     raw_id_fields = ("baseline", "created_by")
+
+
+@admin.register(GpuCostVersion)
+class GpuCostVersionAdmin(ReadOnlyAdmin):
+    """Versions are immutable: added through ``catalog.services.gpu_cost_version_create`` only."""
+
+    list_display = ("gpu_type", "pool", "basis", "effective_from", "usd_per_gpu_hour", "target_utilization")
+    list_filter = ("gpu_type", "pool", "basis")

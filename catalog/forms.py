@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
-from catalog.constants import Framework, Lifecycle, Precision
+from catalog.constants import Framework, KvCacheDtype, Lifecycle, Precision
 from catalog.models import GpuType, Model, ModelVersion
 from governor.forms import BootstrapMixin
 
@@ -99,3 +99,51 @@ class EstimateForm(BootstrapMixin, forms.Form):
     gpu_memory_utilization = forms.FloatField(
         required=False, min_value=0.05, max_value=1.0, initial=0.9, label="gpu_memory_utilization"
     )
+
+
+class GpuCostVersionForm(BootstrapMixin, forms.Form):
+    """A new GPU hourly cost version: rent, or the owned-GPU (TCO) inputs; both over a target utilization."""
+
+    pool = forms.CharField(max_length=64, required=False, help_text="Empty = every pool without its own.")
+    basis = forms.ChoiceField(choices=[("rent", "Rented"), ("tco", "Owned (TCO)")])
+    rent_usd_per_hour = forms.DecimalField(
+        required=False, max_digits=10, decimal_places=4, label="Rent $/GPU-hour"
+    )
+    purchase_price_usd = forms.DecimalField(
+        required=False, max_digits=12, decimal_places=2, label="Purchase price $"
+    )
+    depreciation_years = forms.DecimalField(required=False, max_digits=4, decimal_places=1)
+    power_kw = forms.DecimalField(required=False, max_digits=6, decimal_places=3, label="Power kW")
+    pue = forms.DecimalField(required=False, max_digits=4, decimal_places=2, label="PUE")
+    electricity_usd_per_kwh = forms.DecimalField(
+        required=False, max_digits=6, decimal_places=4, label="$/kWh"
+    )
+    datacenter_usd_per_month = forms.DecimalField(
+        required=False, max_digits=10, decimal_places=2, label="Datacenter $/month"
+    )
+    operations_usd_per_month = forms.DecimalField(
+        required=False, max_digits=10, decimal_places=2, label="Operations $/month"
+    )
+    target_utilization = forms.DecimalField(
+        max_digits=4, decimal_places=3, initial="1", help_text="In (0, 1]."
+    )
+    effective_from = forms.DateTimeField(required=False, help_text="Empty = now (UTC).")
+    note = forms.CharField(max_length=200, required=False)
+
+
+class KvCalculatorForm(BootstrapMixin, forms.Form):
+    """What-if inputs of the KV/memory calculator."""
+
+    version = forms.ModelChoiceField(queryset=ModelVersion.objects.none(), label="Model version")
+    gpu_type = forms.ModelChoiceField(queryset=GpuType.objects.none(), label="GPU type")
+    tensor_parallel = forms.TypedChoiceField(choices=[(n, n) for n in (1, 2, 4, 8)], coerce=int, initial=1)
+    context_len = forms.IntegerField(
+        min_value=1, max_value=10_000_000, initial=8192, label="Context length (tokens)"
+    )
+    concurrency = forms.IntegerField(min_value=1, max_value=100_000, initial=32, label="Concurrent sequences")
+    kv_cache_dtype = forms.ChoiceField(choices=KvCacheDtype.choices, initial="auto", label="KV dtype")
+
+    def __init__(self, *args, versions, gpus, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["version"].queryset = versions
+        self.fields["gpu_type"].queryset = gpus

@@ -203,3 +203,47 @@ class ModelVersion(models.Model):
     @property
     def gates_overridden(self) -> bool:
         return bool(self.gate_override_at)
+
+
+class GpuCostVersion(models.Model):
+    """What one GPU-hour of a GPU type costs in a pool, from ``effective_from`` on. Immutable.
+
+    A change is a new version (the one in force is the latest ``effective_from`` ≤ now), so a price
+    derived from a version keeps pointing at the figures it was computed from. ``pool`` empty means
+    every pool without its own version. ``usd_per_gpu_hour`` and ``formula`` are computed by
+    ``catalog.services.gpu_cost_version_create`` from the inputs and stored with them.
+    """
+
+    class Basis(models.TextChoices):
+        RENT = "rent", "Rented ($/GPU-hour)"
+        TCO = "tco", "Owned (total cost of ownership)"
+
+    gpu_type = models.ForeignKey(GpuType, on_delete=models.PROTECT, related_name="cost_versions")
+    pool = models.CharField(
+        max_length=64, blank=True, help_text="Empty = every pool without its own version."
+    )
+    basis = models.CharField(max_length=4, choices=Basis.choices)
+    effective_from = models.DateTimeField(db_index=True)
+    rent_usd_per_hour = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
+    purchase_price_usd = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    depreciation_years = models.DecimalField(max_digits=4, decimal_places=1, null=True, blank=True)
+    power_kw = models.DecimalField(max_digits=6, decimal_places=3, null=True, blank=True)
+    pue = models.DecimalField(max_digits=4, decimal_places=2, null=True, blank=True)
+    electricity_usd_per_kwh = models.DecimalField(max_digits=6, decimal_places=4, null=True, blank=True)
+    datacenter_usd_per_month = models.DecimalField(max_digits=10, decimal_places=2, null=True, blank=True)
+    operations_usd_per_month = models.DecimalField(max_digits=10, decimal_places=2, null=True, blank=True)
+    target_utilization = models.DecimalField(max_digits=4, decimal_places=3, default=Decimal("1"))
+    usd_per_gpu_hour = models.DecimalField(max_digits=12, decimal_places=4)
+    formula = models.CharField(max_length=300)
+    terms = models.JSONField(default=dict, help_text="Each term of the formula in $/GPU-hour.")
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["gpu_type__name", "pool", "-effective_from"]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_type} {self.pool or 'all pools'} ${self.usd_per_gpu_hour}/GPU-h from {self.effective_from:%Y-%m-%d}"

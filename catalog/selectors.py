@@ -11,7 +11,7 @@ from catalog.constants import (
     UNDEPLOYABLE_LIFECYCLES,
     Lifecycle,
 )
-from catalog.models import GpuType, Model, ModelVersion
+from catalog.models import GpuCostVersion, GpuType, Model, ModelVersion
 
 
 def gpu_type_list() -> QuerySet[GpuType]:
@@ -157,3 +157,29 @@ def model_version_queryset() -> QuerySet[ModelVersion]:
 
 def model_version_exists(*, model_name: str, label: str) -> bool:
     return ModelVersion.objects.filter(model__name=model_name, label=label).exists()
+
+
+def gpu_cost_in_force(*, gpu_type_id: int, pool: str = "", at=None) -> GpuCostVersion | None:
+    """The GPU cost version in force for a GPU type in a pool (the pool's own, else the all-pools one)."""
+    from django.utils import timezone
+
+    at = at or timezone.now()
+    qs = GpuCostVersion.objects.filter(gpu_type_id=gpu_type_id, effective_from__lte=at).order_by(
+        "-effective_from", "-pk"
+    )
+    if pool:
+        own = qs.filter(pool=pool).first()
+        if own is not None:
+            return own
+    return qs.filter(pool="").first()
+
+
+def gpu_cost_versions(*, gpu_type_id: int | None = None) -> QuerySet[GpuCostVersion]:
+    qs = GpuCostVersion.objects.select_related("gpu_type", "created_by")
+    if gpu_type_id is not None:
+        qs = qs.filter(gpu_type_id=gpu_type_id)
+    return qs.order_by("pool", "-effective_from", "-pk")
+
+
+def gpu_cost_version_find(*, pk: int | None) -> GpuCostVersion | None:
+    return GpuCostVersion.objects.select_related("gpu_type").filter(pk=pk).first() if pk else None

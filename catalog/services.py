@@ -17,7 +17,7 @@ from catalog.constants import (
     MIN_OVERRIDE_REASON_CHARS,
     Lifecycle,
 )
-from catalog.models import GpuType, Model, ModelVersion
+from catalog.models import GpuCostVersion, GpuType, Model, ModelVersion
 from engines.memory import MemoryEstimate, estimate_memory
 from governor.access import is_platform_admin
 
@@ -26,11 +26,22 @@ HOURS_PER_MONTH = HOURS_PER_YEAR / 12
 
 
 def gpu_hourly_cost(gpu_type: GpuType) -> Decimal:
-    """$ per GPU-hour: the owned-GPU TCO when its inputs are complete, else the rental price.
+    """$ per GPU-hour used for pricing: the all-pools GPU cost version in force when there is one
+    (its formula and terms are on the GPU page), else the owned-GPU TCO when the GPU type's own
+    inputs are complete, else the rental price.
 
     TCO/hour = purchase / (years * 8766) + power_kW * PUE * $/kWh + datacenter_ops_per_month / 730.5
     (docs/domain.md "Capacity and cost": depreciation, power, datacenter and operations, not just a rental price).
     """
+    from django.utils import timezone
+
+    version = (
+        GpuCostVersion.objects.filter(gpu_type=gpu_type, pool="", effective_from__lte=timezone.now())
+        .order_by("-effective_from", "-pk")
+        .first()
+    )
+    if version is not None:
+        return version.usd_per_gpu_hour
     g = gpu_type
     tco_inputs = (g.purchase_price_usd, g.depreciation_years, g.power_kw, g.pue, g.electricity_usd_per_kwh)
     if all(value is not None for value in tco_inputs):
@@ -267,3 +278,174 @@ def gpu_type_save(*, instance: GpuType, actor, reason: str = "") -> GpuType:
 @transaction.atomic
 def gpu_type_delete(*, instance: GpuType, actor, reason: str = "") -> None:
     _audited_delete(instance, actor, reason)
+
+
+# --- GPU hourly cost versions -------------------------------------------------------------------
+
+GPU_COST_INPUTS = (
+    "rent_usd_per_hour", "purchase_price_usd", "depreciation_years", "power_kw", "pue",
+    "electricity_usd_per_kwh", "datacenter_usd_per_month", "operations_usd_per_month",
+)  # fmt: skip
+RENT_FORMULA = "rent $/GPU-hour ÷ target utilization"
+TCO_FORMULA = (
+    "(purchase ÷ (years × 8766 h) + kW × PUE × $/kWh + (datacenter + operations $/month) ÷ 730.5 h)"
+    " ÷ target utilization"
+)
+
+
+def gpu_cost_compute(
+    *,
+    basis: str,
+    target_utilization: Decimal,
+    rent_usd_per_hour: Decimal | None = None,
+    purchase_price_usd: Decimal | None = None,
+    depreciation_years: Decimal | None = None,
+    power_kw: Decimal | None = None,
+    pue: Decimal | None = None,
+    electricity_usd_per_kwh: Decimal | None = None,
+    datacenter_usd_per_month: Decimal | None = None,
+    operations_usd_per_month: Decimal | None = None,
+) -> tuple[Decimal, str, dict]:
+    """($ per GPU-hour, formula, terms) from the inputs; ValidationError naming the bad input.
+
+    Dividing by the target utilization spreads the hours a GPU sits idle over the hours it works:
+    at 60% utilization each working hour carries 1/0.6 of an hour's cost.
+    """
+    errors: dict[str, str] = {}
+    u = target_utilization
+    if u is None or not (Decimal("0") < u <= Decimal("1")):
+        errors["target_utilization"] = "Target utilization must be in (0, 1], e.g. 0.6 for 60%."
+    if basis == GpuCostVersion.Basis.RENT:
+        if rent_usd_per_hour is None or rent_usd_per_hour <= 0:
+            errors["rent_usd_per_hour"] = "A rented GPU needs a rent above $0 per hour."
+        if errors:
+            raise ValidationError(errors)
+        raw = rent_usd_per_hour
+        terms = {"rent": str(raw)}
+        formula = RENT_FORMULA
+    elif basis == GpuCostVersion.Basis.TCO:
+        if purchase_price_usd is None or purchase_price_usd <= 0:
+            errors["purchase_price_usd"] = "An owned GPU needs a purchase price above $0."
+        if depreciation_years is None or depreciation_years <= 0:
+            errors["depreciation_years"] = "Depreciation years must be above 0."
+        if power_kw is None or power_kw < 0:
+            errors["power_kw"] = "Power (kW) cannot be negative."
+        if pue is None or pue < 1:
+            errors["pue"] = "PUE is at least 1.0."
+        if electricity_usd_per_kwh is None or electricity_usd_per_kwh < 0:
+            errors["electricity_usd_per_kwh"] = "Electricity price cannot be negative."
+        for name, value in (("datacenter_usd_per_month", datacenter_usd_per_month), ("operations_usd_per_month", operations_usd_per_month)):  # fmt: skip
+            if value is not None and value < 0:
+                errors[name] = "Monthly costs cannot be negative."
+        if errors:
+            raise ValidationError(errors)
+        depreciation = purchase_price_usd / (depreciation_years * HOURS_PER_YEAR)
+        power = power_kw * pue * electricity_usd_per_kwh
+        monthly = (datacenter_usd_per_month or Decimal("0")) + (operations_usd_per_month or Decimal("0"))
+        ops = monthly / HOURS_PER_MONTH
+        raw = depreciation + power + ops
+        terms = {
+            "depreciation": str(depreciation.quantize(Decimal("0.0001"))),
+            "power": str(power.quantize(Decimal("0.0001"))),
+            "datacenter_and_operations": str(ops.quantize(Decimal("0.0001"))),
+        }
+        formula = TCO_FORMULA
+    else:
+        raise ValidationError({"basis": "Basis is rent or tco."})
+    terms["before_utilization"] = str(raw.quantize(Decimal("0.0001")))
+    terms["target_utilization"] = str(u)
+    return (raw / u).quantize(Decimal("0.0001")), formula, terms
+
+
+@transaction.atomic
+def gpu_cost_version_create(
+    *,
+    gpu_type: GpuType,
+    basis: str,
+    actor,
+    pool: str = "",
+    target_utilization: Decimal = Decimal("1"),
+    effective_from=None,
+    note: str = "",
+    **inputs,
+) -> GpuCostVersion:
+    """Add a GPU hourly cost version (versions are never edited: history stays); audited."""
+    from django.utils import timezone
+
+    from audit.services import audit_record, fields_of
+
+    unknown = set(inputs) - set(GPU_COST_INPUTS)
+    if unknown:
+        raise TypeError(f"unknown inputs: {sorted(unknown)}")
+    usd, formula, terms = gpu_cost_compute(basis=basis, target_utilization=target_utilization, **inputs)
+    version = GpuCostVersion(
+        gpu_type=gpu_type,
+        pool=pool.strip(),
+        basis=basis,
+        effective_from=effective_from or timezone.now(),
+        target_utilization=target_utilization,
+        usd_per_gpu_hour=usd,
+        formula=formula,
+        terms=terms,
+        note=note,
+        created_by=actor if getattr(actor, "pk", None) else None,
+        **inputs,
+    )
+    version.full_clean()
+    version.save()
+    audit_record(
+        actor=actor,
+        action="gpu_cost.create",
+        target=version,
+        after=fields_of(
+            version,
+            [
+                "gpu_type",
+                "pool",
+                "basis",
+                "effective_from",
+                "usd_per_gpu_hour",
+                "target_utilization",
+                *sorted(inputs),
+            ],
+        ),  # fmt: skip
+        reason=note,
+        evidence={"formula": formula, "terms": terms},
+    )
+    return version
+
+
+def kv_memory_whatif(
+    *,
+    version: ModelVersion,
+    gpu_type: GpuType,
+    tensor_parallel: int,
+    context_len: int,
+    concurrency: int,
+    kv_cache_dtype: str,
+    gpu_memory_utilization: float = 0.9,
+) -> dict:
+    """Does ``concurrency`` sequences of ``context_len`` tokens fit on ``tensor_parallel`` GPUs?
+
+    KV bytes/token = 2 × layers × kv_heads × head_dim × bytes per element; the batch needs
+    concurrency × context × that, against the pool left after weights and the activation reserve.
+    """
+    if tensor_parallel < 1 or context_len < 1 or concurrency < 1:
+        raise ValidationError("Tensor parallel, context length and concurrency must be at least 1.")
+    spec = version.model.to_spec(precision=version.precision, kv_cache_dtype=kv_cache_dtype)
+    est = estimate_memory(
+        model=spec,
+        gpu=gpu_type.to_spec(),
+        tensor_parallel=tensor_parallel,
+        gpu_memory_utilization=gpu_memory_utilization,
+        context_len=context_len,
+    )
+    needed = concurrency * context_len * est.kv_bytes_per_token
+    return {
+        "estimate": est,
+        "kv_needed_bytes": needed,
+        "fits": est.fits and needed <= est.kv_pool_bytes,
+        "headroom_seqs": est.max_concurrent_seqs - concurrency,
+        "formula": "KV bytes/token = 2 × layers × kv_heads × head_dim × bytes/element; "
+        "batch KV = concurrency × context × KV bytes/token ≤ GPU memory × TP × utilization − weights − reserve",
+    }

@@ -13,7 +13,9 @@ from django_htmx.http import HttpResponseClientRedirect
 from catalog import selectors, services
 from catalog.forms import (
     EstimateForm,
+    GpuCostVersionForm,
     GpuTypeForm,
+    KvCalculatorForm,
     LifecycleForm,
     ModelForm,
     ModelVersionForm,
@@ -195,12 +197,59 @@ class GpuTypeListView(PlatformUserRequiredMixin, View):
 
 
 class GpuTypeDetailView(PlatformUserRequiredMixin, View):
-    def get(self, request, pk: int):
+    def get(self, request, pk: int, form=None, status=200):
         gpu = get_object_or_404(GpuType, pk=pk)
-        return render(
-            request, "catalog/gputype_detail.html", {"gpu": gpu, "hourly": services.gpu_hourly_cost(gpu)}
-        )
+        context = {
+            "gpu": gpu,
+            "hourly": services.gpu_hourly_cost(gpu),
+            "in_force": selectors.gpu_cost_in_force(gpu_type_id=gpu.pk),
+            "cost_versions": selectors.gpu_cost_versions(gpu_type_id=gpu.pk),
+            "cost_form": form or GpuCostVersionForm(),
+        }
+        return render(request, "catalog/gputype_detail.html", context, status=status)
+
+
+class GpuCostVersionCreateView(PlatformAdminRequiredMixin, View):
+    """Add a GPU hourly cost version (platform admins); bad input answers 400 naming the field."""
+
+    def post(self, request, pk: int):
+        gpu = get_object_or_404(GpuType, pk=pk)
+        form = GpuCostVersionForm(request.POST)
+        if form.is_valid():
+            d = dict(form.cleaned_data)
+            inputs = {k: d.pop(k) for k in services.GPU_COST_INPUTS}
+            inputs = {k: v for k, v in inputs.items() if v is not None}
+            try:
+                services.gpu_cost_version_create(
+                    gpu_type=gpu, basis=d["basis"], pool=d["pool"] or "", target_utilization=d["target_utilization"],
+                    effective_from=d["effective_from"], note=d["note"], actor=request.user, **inputs,
+                )  # fmt: skip
+            except ValidationError as exc:
+                for field, errors in exc.message_dict.items():
+                    form.add_error(field if field in form.fields else None, errors)
+            else:
+                messages.success(request, f"New hourly cost for {gpu.name} saved.")
+                return redirect(reverse("catalog:gpu_detail", args=[gpu.pk]))
+        return GpuTypeDetailView().get(request, pk, form=form, status=400)
 
 
 def catalog_home(request):
     return redirect(reverse("catalog:version_list"))
+
+
+class KvCalculatorView(PlatformUserRequiredMixin, View):
+    """KV/memory what-if: context length × concurrency × KV dtype on a GPU type at a TP size."""
+
+    def get(self, request):
+        form = KvCalculatorForm(
+            request.GET or None, versions=selectors.model_version_list(), gpus=selectors.gpu_type_list()
+        )
+        result = None
+        if form.is_bound and form.is_valid():
+            d = form.cleaned_data
+            result = services.kv_memory_whatif(
+                version=d["version"], gpu_type=d["gpu_type"], tensor_parallel=d["tensor_parallel"],
+                context_len=d["context_len"], concurrency=d["concurrency"], kv_cache_dtype=d["kv_cache_dtype"],
+            )  # fmt: skip
+        status = 400 if form.is_bound and not form.is_valid() else 200
+        return render(request, "catalog/kv_calculator.html", {"form": form, "result": result}, status=status)

@@ -318,7 +318,12 @@ def _apply(d: Deployment, fields: dict) -> None:
             kind=EventKind.STATUS,
             message=fields.get("status_message", "")[:20000],
             before={"status": before},
-            after={"status": after, "ray_app_status": fields.get("ray_app_status", "")},
+            after={
+                "status": after,
+                "ray_app_status": fields.get("ray_app_status", ""),
+                # GPU-hour accounting (deployments.costs) reads replicas from this history.
+                "running_replicas": fields.get("running_replicas", d.running_replicas),
+            },
         )
     elif fields.get("last_error") and fields.get("last_error") != d.last_error:
         DeploymentEvent.objects.create(

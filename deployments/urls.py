@@ -1,6 +1,6 @@
 from django.urls import path
 
-from deployments import views
+from deployments import cost_views, views
 from deployments.rollouts import views as rollout_views
 
 app_name = "deployments"
@@ -8,6 +8,7 @@ app_name = "deployments"
 urlpatterns = [
     path("", views.DeploymentListView.as_view(), name="list"),
     path("new/", views.DeploymentCreateView.as_view(), name="create"),
+    path("costs/", cost_views.GpuCostView.as_view(), name="gpu_costs"),
     path("serve-config/", views.ServeConfigView.as_view(), name="serve_config"),
     path("reconcile/", views.ReconcileNowView.as_view(), name="reconcile"),
     path("<int:pk>/", views.DeploymentDetailView.as_view(), name="detail"),

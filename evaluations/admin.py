@@ -4,6 +4,7 @@ from django.contrib import admin
 
 from evaluations.models import (
     BenchmarkRun,
+    CapacityPlan,
     EvalCaseResult,
     EvalRun,
     EvalSuite,
@@ -75,3 +76,8 @@ class GateRunAdmin(ReadOnlyAdmin):
 class GateDecisionAdmin(ReadOnlyAdmin):
     list_display = ("id", "model_version", "kind", "verdict", "label", "created_at")
     list_filter = ("kind", "verdict", "label")
+
+
+@admin.register(CapacityPlan)
+class CapacityPlanAdmin(ReadOnlyAdmin):
+    list_display = ("name", "token", "created_by", "created_at")

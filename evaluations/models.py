@@ -412,3 +412,35 @@ class GateDecision(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("gates:decision_detail", args=[self.pk])
+
+
+class CapacityPlan(models.Model):
+    """A saved capacity plan: the traffic and SLA asked for, the candidates compared, and the answer.
+
+    ``rows`` holds one result per candidate (model version × GPU type × tensor parallel): per-GPU
+    goodput (measured where a matching run exists, else predicted by the simulator, labelled),
+    GPUs and replicas needed, and the monthly cost. Shared by its ``token`` URL.
+    """
+
+    token = models.UUIDField(unique=True, editable=False)
+    name = models.CharField(max_length=128)
+    inputs = models.JSONField(help_text="peak QPS, length distributions, SLA, redundancy")
+    candidates = models.JSONField(help_text="[{model_version_id, gpu_type_id, tensor_parallel}]")
+    rows = models.JSONField(default=list)
+    status = models.CharField(max_length=10, default="queued", help_text="queued, running, done or failed")
+    progress = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(100)])
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ("queued", "running")

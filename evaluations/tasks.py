@@ -112,3 +112,21 @@ def gate_runs_reap_stale_task() -> int:
     from evaluations.gates import gate_runs_reap_stale
 
     return gate_runs_reap_stale()
+
+
+class _PlanTask(Task):
+    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
+        from evaluations.planner import capacity_plan_fail
+
+        plan_id = args[0] if args else kwargs.get("plan_id")
+        if plan_id is not None:
+            capacity_plan_fail(plan_id=plan_id, error=f"task failed: {type(exc).__name__}: {exc}")
+
+
+@shared_task(name="evaluations.capacity_plan_compute", base=_PlanTask, soft_time_limit=900, time_limit=960)
+def capacity_plan_compute_task(plan_id: int) -> dict:
+    """Compute a queued capacity plan (simulating the candidates without measured goodput)."""
+    from evaluations.planner import capacity_plan_compute
+
+    plan = capacity_plan_compute(plan_id=plan_id)
+    return {"id": plan.pk, "status": plan.status}

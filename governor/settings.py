@@ -217,6 +217,12 @@ BENCHMARK_API_KEY = env_str("BENCHMARK_API_KEY", "")
 # (ADR 0007: the catalog names it here rather than importing the evaluations app).
 GOVERNOR_PROMOTION_GATE = "evaluations.selectors.version_gate_status"
 
+# Budget notifications email tenant admins; the console backend (stdout) unless a real one is set.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "governor@localhost")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -58,6 +58,20 @@ app.conf.beat_schedule["billing-budget-alerts"] = {
     "options": {"expires": 60.0},
 }
 
+# billing: roll usage events up into the hourly/daily aggregates the cost pages read.
+app.conf.beat_schedule["billing-usage-rollup"] = {
+    "task": "billing.usage_rollup",
+    "schedule": 30.0,
+    "options": {"expires": 30.0},
+}
+
+# billing: retry tenant webhook deliveries whose backoff has run out.
+app.conf.beat_schedule["billing-webhooks-retry"] = {
+    "task": "billing.webhooks_retry",
+    "schedule": 30.0,
+    "options": {"expires": 30.0},
+}
+
 # evaluations: fail benchmark and eval runs whose worker died (their heartbeat stopped).
 app.conf.beat_schedule["evaluations-reap-stale-benchmarks"] = {
     "task": "evaluations.benchmark_runs_reap_stale",

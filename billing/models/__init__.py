@@ -3,7 +3,9 @@
 from billing.models.budgets import Budget, BudgetAlert
 from billing.models.keys import ApiKey, TenantLimits
 from billing.models.money import NANOS_PER_USD
-from billing.models.prices import Price
+from billing.models.notifications import Notification, TenantWebhook, WebhookDelivery
+from billing.models.prices import Price, Reprice
+from billing.models.rollups import RollupCursor, UsageRollup
 from billing.models.tenancy import Membership, Tenant
 from billing.models.usage import UsageEvent
 
@@ -13,8 +15,14 @@ __all__ = [
     "Budget",
     "BudgetAlert",
     "Membership",
+    "Notification",
     "Price",
+    "Reprice",
+    "RollupCursor",
     "Tenant",
     "TenantLimits",
+    "TenantWebhook",
     "UsageEvent",
+    "UsageRollup",
+    "WebhookDelivery",
 ]

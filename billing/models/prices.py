@@ -22,6 +22,11 @@ class Price(models.Model):
     effective_from = models.DateTimeField(db_index=True)
     source = models.CharField(max_length=32, default="manual", help_text="manual, or how it was derived.")
     note = models.CharField(max_length=200, blank=True)
+    provenance = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Where a derived price came from: run, label, GPU cost version, formula and inputs.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -41,3 +46,34 @@ class Price(models.Model):
     @property
     def output_nanos(self) -> int:
         return int(self.output_per_million * 1000)
+
+
+class Reprice(models.Model):
+    """An explicit re-pricing of a past period at another price version, recorded, never applied to events.
+
+    Usage events keep the cost they were billed at; this row states what the period costs at
+    ``price`` instead (per tenant in ``by_tenant``) and the difference, for a credit or a true-up.
+    """
+
+    public_model = models.CharField(max_length=200)
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    price = models.ForeignKey(Price, on_delete=models.PROTECT, related_name="reprices")
+    billed_nanos = models.BigIntegerField()
+    repriced_nanos = models.BigIntegerField()
+    by_tenant = models.JSONField(default=list)
+    reason = models.CharField(max_length=500)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"re-price of {self.public_model} {self.period_start:%Y-%m-%d}..{self.period_end:%Y-%m-%d}"
+
+    @property
+    def delta_nanos(self) -> int:
+        return self.repriced_nanos - self.billed_nanos

@@ -38,3 +38,22 @@ def prices_in_force(*, at: dt.datetime | None = None) -> dict[str, Price]:
 
 def price_list() -> QuerySet[Price]:
     return Price.objects.select_related("created_by").order_by("public_model", "-effective_from")
+
+
+def price_get(*, pk: int) -> Price | None:
+    return Price.objects.filter(pk=pk).first()
+
+
+def price_history(*, public_model: str) -> QuerySet[Price]:
+    """Every version of a model's price, newest first (in force and earlier, and any scheduled)."""
+    return (
+        Price.objects.filter(public_model=public_model)
+        .select_related("created_by")
+        .order_by("-effective_from")
+    )
+
+
+def reprice_list() -> QuerySet:
+    from billing.models import Reprice
+
+    return Reprice.objects.select_related("price", "created_by").order_by("-created_at")

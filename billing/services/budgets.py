@@ -19,6 +19,7 @@ from billing.models import (
 from billing.selectors.budgets import period_bounds
 from billing.selectors.usage import tenant_spend_nanos
 from billing.services.gateway_config import gateway_prefix, gateway_redis, tenancy_section_publish_on_commit
+from billing.services.notifications import budget_notification_create
 from gateway.snapshot import ALERTS_LIST
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def budget_delete(*, tenant: Tenant, actor, reason: str = "") -> None:
     tenancy_section_publish_on_commit()
 
 
-def budget_alerts_record() -> int:
+def budget_alerts_record(*, at=None) -> int:
     """Turn soft-threshold crossings into BudgetAlert rows (once per tenant, period and threshold).
 
     Two sources, so no crossing is missed: what gateways pushed to Redis as they settled, and a
@@ -87,7 +88,7 @@ def budget_alerts_record() -> int:
             )
     finally:
         r.close()
-    now = timezone.now()
+    now = at or timezone.now()
     for budget in Budget.objects.select_related("tenant"):
         pkey, start, end = period_bounds(period=budget.period, at=now)
         spent = tenant_spend_nanos(tenant_id=budget.tenant_id, since=start, until=end)
@@ -106,10 +107,11 @@ def _alert_create(*, tenant_id: int, period_key: str, percent: int, spent_nanos:
         return 0
     try:
         with transaction.atomic():
-            BudgetAlert.objects.create(
+            alert = BudgetAlert.objects.create(
                 tenant_id=tenant_id, period_key=period_key, percent=percent, spent_nanos=spent_nanos
             )
     except IntegrityError:
-        return 0
+        return 0  # another worker recorded it first: it notifies, not us
     log.warning("tenant %s passed %s%% of its budget in %s", tenant_id, percent, period_key)
+    budget_notification_create(alert=alert)
     return 1

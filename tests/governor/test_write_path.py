@@ -176,12 +176,12 @@ def test_api_key_create_and_revoke_by_a_tenant_admin_in_the_console(tenant_admin
 def test_price_budget_and_limits_through_console_and_api(admin_client, tenant, trail):
     data = {"public_model": "sim-llama", "input_per_million": "0.5", "output_per_million": "1.5"}
     admin_client.post(reverse("billing:price_create"), data)
-    assert trail.one("price.publish", "admin").after["public_model"] == "sim-llama"
+    assert trail.one("price.create", "admin").after["public_model"] == "sim-llama"
     response = admin_client.post(
         "/api/billing/prices/", {**data, "input_per_million": "0.6"}, content_type="application/json"
     )
     assert response.status_code == 201, response.content
-    trail.one("price.publish", "admin")
+    trail.one("price.create", "admin")
     assert Price.objects.filter(public_model="sim-llama").count() == 2
     response = admin_client.put(
         f"/api/billing/budgets/{tenant.slug}/",
