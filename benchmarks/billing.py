@@ -128,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     from billing.services.rollups import usage_rollup_batch
     from billing.services.tenancy import membership_set, tenant_create
 
-    tenants = [tenant_create(name=f"Bench tenant {i}", slug=f"bench-{i}") for i in range(TENANTS)]
+    tenants = [
+        tenant_create(actor="system:bench", name=f"Bench tenant {i}", slug=f"bench-{i}")
+        for i in range(TENANTS)
+    ]
     keys = [
         api_key_create(tenant=t, name=f"key-{k}", actor="system:benchmark")[0]
         for t in tenants
@@ -195,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         tenant=tenant, amount_usd=Decimal("1000"), period="monthly", soft_threshold_percents=[50], actor=None
     )
     user = get_user_model().objects.create(username="bench-member")
-    membership_set(user=user, tenant=tenant, role="member")
+    membership_set(actor="system:bench", user=user, tenant=tenant, role="member")
     client = Client()
     client.force_login(user)
     page = (

@@ -126,7 +126,9 @@ def fuzz_env(gateway, gw_tmp, tenant, admin_user):
     price_set(
         public_model=MODEL, input_per_million=Decimal("1"), output_per_million=Decimal("2"), actor=admin_user
     )
-    budget_set(tenant=tenant, amount_usd=Decimal("1000"), hard_cap_percent=100)  # holds are taken
+    budget_set(
+        actor="system:test", tenant=tenant, amount_usd=Decimal("1000"), hard_cap_percent=100
+    )  # holds are taken
     _, secret = api_key_create(tenant=tenant, name="fuzz", actor=admin_user)
     publish(gateway, route(MODEL, (1, "fuzz", url, 1.0)))
     yield gateway, secret, tenant

@@ -104,7 +104,9 @@ def test_hard_cap_holds_under_500_concurrent_requests_with_40kb_tools(
     raw = orjson.dumps(BODY)
     worst = prompt_token_bound("chat", BODY, len(raw)) * IN_NANOS + MAX_TOKENS * OUT_NANOS
     cap = 20 * worst
-    budget_set(tenant=tenant, amount_usd=Decimal(cap) / Decimal(10**9), hard_cap_percent=100)
+    budget_set(
+        actor="system:test", tenant=tenant, amount_usd=Decimal(cap) / Decimal(10**9), hard_cap_percent=100
+    )
     _, secret = api_key_create(tenant=tenant, name="tools", actor=admin_user)
     publish(gateway, route("sim-llama", (1, "greedy", greedy_backend, 1.0)))
 
@@ -142,7 +144,14 @@ def _budget_keys(tenant):
 
 
 def test_input_token_limit_counts_tools(gateway, greedy_backend, tenant, admin_user):
-    tenant_limits_set(tenant=tenant, rpm_limit=0, tpm_limit=0, max_input_tokens=2000, max_output_tokens=0)
+    tenant_limits_set(
+        actor="system:test",
+        tenant=tenant,
+        rpm_limit=0,
+        tpm_limit=0,
+        max_input_tokens=2000,
+        max_output_tokens=0,
+    )
     _, secret = api_key_create(tenant=tenant, name="in", actor=admin_user)
     publish(gateway, route("sim-llama", (1, "greedy", greedy_backend, 1.0)))
     r = httpx.post(
