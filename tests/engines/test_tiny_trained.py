@@ -26,7 +26,7 @@ from evalkit.stats import category_scores, compare
 from tests.engines.test_vllm_cpu import ROOT, require_vllm
 
 # The arithmetic answer space is 20..198: guessing scores ~0.6 %. Trained for ~1,000 small steps the
-# model gets ~12 % of fresh cases right (the suite's seed is not the training stream's); the floor is
+# model gets ~10 % of fresh cases right (the suite's seed is not the training stream's); the floor is
 # on the interval's lower bound, ~9x chance.
 TRAINED_FLOOR = 0.05
 N_CASES = 1000
@@ -63,9 +63,10 @@ def models():
     return {
         "trained": trained,
         "rtn4g64": ensure_quantized_model(trained, bits=4, group_size=64),
-        # Coarser on purpose: at ~12 % accuracy the 4-bit (and 3-bit) copies' small drops are lost
-        # in the interval, so the copy whose drop is asserted is 2-bit with groups of 64.
-        "rtn2g64": ensure_quantized_model(trained, bits=2, group_size=64),
+        # Coarser on purpose: at ~10 % accuracy the drops of the 4-bit, 3-bit and even 2-bit/64
+        # copies stay inside the interval (measured, see docs/evalkit.md), so the copy whose drop
+        # is asserted is 2-bit with one scale per row (group 688 covers every row of this model).
+        "rtn2row": ensure_quantized_model(trained, bits=2, group_size=688),
     }
 
 
@@ -104,7 +105,7 @@ def test_trained_model_answers_arithmetic_and_quantized_copies_measurably_differ
     print(f"\nmeasured on vLLM-CPU, arithmetic suite seed {SEED}, n={N_CASES}:")
     print(f"  trained   {s_base.mean:.3f} [{s_base.lo:.3f}, {s_base.hi:.3f}]")
     diffs = {}
-    for name in ("rtn4g64", "rtn2g64"):
+    for name in ("rtn4g64", "rtn2row"):
         s = category_scores(results[name])["arithmetic"]
         d = diffs[name] = compare(results[name], base)["arithmetic"]
         changed = sum(a.output != b.output for a, b in zip(base, results[name], strict=True))
@@ -112,7 +113,7 @@ def test_trained_model_answers_arithmetic_and_quantized_copies_measurably_differ
               f"[{d.lo:+.3f}, {d.hi:+.3f}] ({d.method}); outputs changed on {changed}/{N_CASES}")  # fmt: skip
         assert changed > 0, name  # quantisation changed what the served model answers
     assert s_base.lo >= TRAINED_FLOOR  # well above chance, judged on the interval
-    assert diffs["rtn2g64"].hi < 0  # the coarse copy is worse, and the interval says so
+    assert diffs["rtn2row"].hi < 0  # the coarse copy is worse, and the interval says so
 
 
 def test_cache_key_covers_the_recipe_but_not_the_thread_count():
