@@ -6,9 +6,9 @@ most ``concurrency`` requests are in flight. A failed request (HTTP error, timeo
 connection) becomes a result with ``error`` set and score 0; it never ends the run.
 
 Two HTTP clients, same requests and results: ``client="fast"`` (default) posts with aiohttp and
-parses with orjson, ~1 ms of CPU per case; ``client="openai"`` uses the official ``AsyncOpenAI``
-client, ~8 ms per case (pydantic models for every request and response), which caps a 2-core
-machine near 200 cases/s before the engine gets any CPU. Use it to check compatibility.
+parses with orjson, ~0.2 ms of client CPU per case; ``client="openai"`` uses the official
+``AsyncOpenAI`` client, ~5 ms per case (pydantic models for every request and response), which
+caps a 2-core machine near 200 cases/s before the engine gets any CPU (``benchmarks.evals``).
 
 ``include_truth=True`` adds ``{"governor_eval": {case_id, category, expected, scorer,
 scorer_args, context_len}}`` to each request body. Only the *simulated* engine reads it: it
