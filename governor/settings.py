@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from csp.constants import NONE, SELF
+
 from governor.env import (
     ConfigError,
     database_from_url,
@@ -47,6 +49,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "csp",
     "django_htmx",
     "governor",
     "audit",
@@ -58,6 +62,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "governor.middleware.RejectNulBytesMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -117,8 +123,10 @@ WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
+        # Basic first: DRF takes the first class's WWW-Authenticate challenge, so an anonymous
+        # call gets 401 + `WWW-Authenticate: Basic realm="api"` instead of a bare 403.
         "rest_framework.authentication.BasicAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["governor.access.IsPlatformUser"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
@@ -128,6 +136,7 @@ REST_FRAMEWORK = {
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "governor.api.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Governor API",
@@ -135,6 +144,11 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["governor.access.IsPlatformUser"],
+    # The docs pages load Swagger UI and Redoc from this installation's static files, never a CDN,
+    # so they work offline and under the CSP below.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Several apps have a "status" or "kind" field with different choices; name each enum apart.
     "ENUM_NAME_OVERRIDES": {
         "DeploymentStatusEnum": "deployments.constants.Status",
@@ -143,6 +157,24 @@ SPECTACULAR_SETTINGS = {
         "BenchmarkRunKindEnum": "evaluations.constants.RunKind",
         "UsageEventStatusEnum": "billing.models.UsageEvent.Status",
     },
+}
+
+# Content-Security-Policy: no inline script anywhere (docs/decisions/0011). Behaviour lives in
+# static files; data for scripts travels in <script type="application/json"> blocks, which are
+# not executed. Styles come from static files too (templates use classes, not style="").
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
 }
 
 # Celery: broker and result backend are both Redis.

@@ -18,7 +18,7 @@ from tests.factories import GpuTypeFactory
 
 pytestmark = pytest.mark.django_db
 API = "/api/deployments"
-ROLES_READ = [("admin", 200), ("auditor", 200), ("member", 403), ("outsider", 403), ("anon", 403)]
+ROLES_READ = [("admin", 200), ("auditor", 200), ("member", 403), ("outsider", 403), ("anon", 401)]
 NON_ADMINS = ["auditor", "member", "outsider", "anon"]
 
 
