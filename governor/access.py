@@ -95,11 +95,22 @@ class PlatformAdminRequiredMixin(AccessMixin):
         if not request.user.is_authenticated:
             return self.handle_no_permission()
         if not is_platform_admin(request.user):
-            raise PermissionDenied("Only platform admins may do this.")
+            raise PermissionDenied(
+                AUDITOR_WRITE_REFUSED if is_auditor(request.user) else "Only platform admins may do this."
+            )
         return super().dispatch(request, *args, **kwargs)
 
 
 # --- DRF permission classes ---------------------------------------------------------------------
+
+AUDITOR_WRITE_REFUSED = "Auditors can read everything but change nothing."
+
+
+def refused_write_message(user) -> str:
+    """Why a write was refused, in words that fit who asked."""
+    if is_auditor(user):
+        return AUDITOR_WRITE_REFUSED
+    return "Only platform admins may change this."
 
 
 class IsPlatformUser(BasePermission):
@@ -119,7 +130,10 @@ class PlatformAdminOrReadOnly(BasePermission):
     def has_permission(self, request, view) -> bool:
         if request.method in SAFE_METHODS:
             return is_platform_user(request.user)
-        return is_platform_admin(request.user)
+        if is_platform_admin(request.user):
+            return True
+        self.message = refused_write_message(request.user)
+        return False
 
 
 class ReadsEverythingOrAdmin(BasePermission):
@@ -130,4 +144,8 @@ class ReadsEverythingOrAdmin(BasePermission):
     def has_permission(self, request, view) -> bool:
         if request.method in SAFE_METHODS:
             return reads_everything(request.user)
-        return is_platform_admin(request.user)
+        if is_platform_admin(request.user):
+            return True
+        # Say what happened: a refused write is not a refused read.
+        self.message = refused_write_message(request.user)
+        return False

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from django.urls import reverse
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -198,3 +199,32 @@ def test_swagger_init_script_is_served_as_a_file(admin_client):
     assert response.status_code == 200
     assert "SwaggerUIBundle" in response.content.decode()
     assert "/api/schema/" in response.content.decode()
+
+
+# --- messages -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url,body",
+    [
+        ("/api/evaluations/runs/", {"kind": "predicted"}),
+        ("/api/catalog/gpu-types/", {"name": "X"}),
+    ],
+)
+def test_an_auditors_refused_write_says_what_happened(auditor_client, url, body):
+    response = auditor_client.post(url, body, content_type="application/json")
+    assert response.status_code == 403
+    assert response.json()["detail"] == "Auditors can read everything but change nothing."
+
+
+def test_a_members_refused_write_says_who_may(member_client):
+    response = member_client.post("/api/catalog/gpu-types/", {"name": "X"}, content_type="application/json")
+    assert response.status_code == 403
+    assert response.json()["detail"] == "Only platform admins may change this."
+
+
+def test_an_auditor_on_an_admin_page_reads_why(auditor_client):
+    response = auditor_client.get(reverse("deployments:create"))
+    assert response.status_code == 403
+    assert "Auditors can read everything but do nothing" not in response.content.decode()
+    assert "Auditors can read everything but change nothing." in response.content.decode()
