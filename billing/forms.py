@@ -118,3 +118,24 @@ class UsageFilterForm(_Bootstrap, forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["tenant"].queryset = tenants
         self._style()
+
+
+class TenantForm(_Bootstrap, forms.Form):
+    """Create or edit a tenant (platform admins)."""
+
+    name = forms.CharField(max_length=128)
+    slug = forms.SlugField(max_length=64, required=False, help_text="In URLs; defaults to the name")
+    is_active = forms.BooleanField(
+        required=False, initial=True, help_text="Inactive: members lose access, the gateway refuses its keys"
+    )
+
+
+class MembershipAddForm(_Bootstrap, forms.Form):
+    """Add a user to a tenant, by username."""
+
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=[("member", "Member"), ("admin", "Tenant admin")], initial="member")
+
+
+class MembershipRoleForm(_Bootstrap, forms.Form):
+    role = forms.ChoiceField(choices=[("member", "Member"), ("admin", "Tenant admin")])
