@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from decimal import Decimal
 from io import StringIO
 
 import pytest
@@ -88,9 +89,7 @@ def test_price_set_and_list(db):
     run("price", "set", "llama", "0.10", "0.40", "--note", "launch")
     run("price", "set", "llama", "0.20", "0.80")
     price = Price.objects.order_by("-effective_from").first()
-    assert str(
-        price.input_per_million
-    ) == "0.200" or price.input_per_million == price.input_per_million.__class__("0.2")
+    assert price.input_per_million == Decimal("0.2") and price.source == "cli"
     assert "0.20" in run("price", "list") and run("price", "list").count("llama") == 1
     assert run("price", "list", "--all").count("llama") == 2
 
