@@ -65,7 +65,8 @@ def model_version_memory_estimates(
 @transaction.atomic
 def model_version_create(*, actor, **fields) -> ModelVersion:
     """Create a version in ``draft`` (unless a lifecycle is given) and record who made it."""
-    version = ModelVersion(created_by=actor, **fields)
+    # A system actor ("system:seed") is a string: the row then has no creating user.
+    version = ModelVersion(created_by=actor if getattr(actor, "pk", None) else None, **fields)
     version.full_clean()
     version.save()
     return version
@@ -101,3 +102,32 @@ def gpu_type_validate_and_save(*, gpu_type: GpuType) -> GpuType:
     gpu_type.full_clean()
     gpu_type.save()
     return gpu_type
+
+
+# --- plain create/update by field values (the demo seed and scripts use these) ------------------
+
+
+@transaction.atomic
+def gpu_type_create(*, actor, **fields) -> GpuType:
+    """Create a GPU type from field values (validated like the form's)."""
+    return gpu_type_validate_and_save(gpu_type=GpuType(**fields))
+
+
+@transaction.atomic
+def gpu_type_update(*, gpu_type: GpuType, actor, **fields) -> GpuType:
+    for name, value in fields.items():
+        setattr(gpu_type, name, value)
+    return gpu_type_validate_and_save(gpu_type=gpu_type)
+
+
+@transaction.atomic
+def model_create(*, actor, **fields) -> Model:
+    """Create a model (architecture facts from its config.json)."""
+    return model_validate_and_save(model=Model(**fields))
+
+
+@transaction.atomic
+def model_update(*, model: Model, actor, **fields) -> Model:
+    for name, value in fields.items():
+        setattr(model, name, value)
+    return model_validate_and_save(model=model)

@@ -177,7 +177,7 @@ def _event(deployment: Deployment, kind: str, actor, message: str = "", before=N
     DeploymentEvent.objects.create(
         deployment=deployment,
         kind=kind,
-        actor=actor if actor is not None and actor.is_authenticated else None,
+        actor=actor if getattr(actor, "is_authenticated", False) else None,
         message=message,
         before=before or {},
         after=after or {},
@@ -199,7 +199,7 @@ def deployment_create(*, actor, **fields) -> tuple[Deployment, Preflight]:
     unknown = set(fields) - set(CREATE_FIELDS)
     if unknown:
         raise TypeError(f"unknown deployment fields: {sorted(unknown)}")
-    deployment = Deployment(created_by=actor if actor and actor.is_authenticated else None, **fields)
+    deployment = Deployment(created_by=actor if getattr(actor, "is_authenticated", False) else None, **fields)
     if not deployment.served_model_name and deployment.model_version_id:
         deployment.served_model_name = deployment.model_version.model.name
     deployment.full_clean(validate_constraints=True)
