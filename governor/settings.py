@@ -7,6 +7,7 @@ missing from the environment are taken from ``var/governor.env``, which the laun
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from csp.constants import NONE, SELF
@@ -195,6 +196,10 @@ RAY_DASHBOARD_URL = env_str("RAY_DASHBOARD_URL", "http://127.0.0.1:8265")
 RAY_SERVE_URL = env_str("RAY_SERVE_URL", "http://127.0.0.1:8100")
 RAY_AUTH_TOKEN = env_str("RAY_AUTH_TOKEN", "")
 RAY_RECONCILE_INTERVAL_S = env_float("RAY_RECONCILE_INTERVAL_S", 10.0)
+# When this platform started (Unix time): the launcher passes one value to every process it starts;
+# a process started on its own uses its own start. Deployment statuses Ray reported before this are
+# shown as "unknown" until the reconciler hears from Ray again (Deployment.display_status).
+PLATFORM_STARTED_AT = env_float("GOVERNOR_STARTED_AT", time.time())
 
 # Gateway (data plane): the console links to it and shows tenants their base URL.
 GATEWAY_PUBLIC_URL = env_str("GATEWAY_PUBLIC_URL", "http://127.0.0.1:8080")
