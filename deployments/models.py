@@ -158,6 +158,9 @@ class Deployment(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def get_absolute_url(self) -> str:
+        return reverse("deployments:detail", args=[self.pk])
+
     @property
     def display_status(self) -> str:
         """The status the console may claim now: one Ray reported before this platform started
@@ -169,9 +172,6 @@ class Deployment(models.Model):
         if self.observed_at is None or (started is not None and self.observed_at.timestamp() < started):
             return Status.UNKNOWN
         return self.status
-
-    def get_absolute_url(self) -> str:
-        return reverse("deployments:detail", args=[self.pk])
 
     @property
     def app_name(self) -> str:
