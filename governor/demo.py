@@ -13,8 +13,11 @@ its publisher's model card. Rental prices are typical on-demand cloud list price
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import inspect
 import logging
 from decimal import Decimal as D
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -38,6 +41,7 @@ from governor.models import DemoSeedRecord
 log = logging.getLogger(__name__)
 
 SEED_ACTOR = "system:seed"
+ROOT = Path(__file__).resolve().parent.parent
 
 GPU_TYPES = [
     dict(
@@ -370,11 +374,15 @@ def seed_demo(*, reset: bool = False) -> list[tuple[str, str, str]]:
     _seed_versions(seed, models)
     tenants = _seed_tenants(seed, users)
     for module_name in EXTENSIONS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue
-            raise
-        module.seed_demo(users=users, tenants=tenants, seed=seed)
+        spec = importlib.util.find_spec(module_name)
+        # Only this checkout's apps (an editable install elsewhere on the path must not answer).
+        if spec is None or not spec.origin or not Path(spec.origin).resolve().is_relative_to(ROOT):
+            continue
+        module = importlib.import_module(module_name)
+        kwargs = {"users": users, "tenants": tenants}
+        # Extensions that take ``seed`` follow the create-once policy through it; older ones
+        # (``seed_demo(*, users, tenants)``) check for existing rows themselves.
+        if "seed" in inspect.signature(module.seed_demo).parameters:
+            kwargs["seed"] = seed
+        module.seed_demo(**kwargs)
     return [(u, p, r + (f" ({t})" if t else "")) for u, p, r, t in USERS]
