@@ -67,4 +67,4 @@ def test_api_docs_render_offline_under_the_csp(page, live_server, admin_user, pa
     assert not [u for u in external if u.split(":")[0] not in ("data", "blob") and u not in decorative], (
         external
     )
-    assert not violations, violations
+    assert not [v for v in violations if not any(d in v for d in decorative)], violations
