@@ -14,8 +14,7 @@ class RejectNulBytesMiddleware:
 
     PostgreSQL text cannot hold NUL, so a NUL that reaches a filter raises ``DataError`` deep in
     the ORM (a 500). No field of this platform legitimately carries one, so refuse the request at
-    the door, once, instead of guarding every filter. JSON bodies are left to the parsers and
-    serializers (DRF's ``CharField`` already rejects NUL there).
+    the door, once, instead of guarding every filter and every JSON field.
     """
 
     def __init__(self, get_response):
@@ -24,6 +23,11 @@ class RejectNulBytesMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if b"\x00" in unquote_to_bytes(request.META.get("QUERY_STRING", "")):
             return _bad_request(request, "query string")
+        if request.method not in ("GET", "HEAD", "OPTIONS") and request.content_type == "application/json":
+            # JSON may spell NUL as \u0000; PostgreSQL's jsonb and text refuse it either way.
+            body = request.body
+            if b"\x00" in body or b"\\u0000" in body:
+                return _bad_request(request, "JSON body")
         if request.method not in ("GET", "HEAD", "OPTIONS") and request.content_type in _FORM_TYPES:
             try:
                 fields = list(request.POST.lists())

@@ -228,3 +228,19 @@ def test_an_auditor_on_an_admin_page_reads_why(auditor_client):
     assert response.status_code == 403
     assert "Auditors can read everything but do nothing" not in response.content.decode()
     assert "Auditors can read everything but change nothing." in response.content.decode()
+
+
+def test_a_json_body_with_an_escaped_nul_is_refused_and_saves_nothing(admin_client):
+    from evaluations.models import BenchmarkRun
+
+    body = '{"kind": "predicted", "sampling": {"stop": "a\\u0000b"}}'
+    response = admin_client.post("/api/evaluations/runs/", body, content_type="application/json")
+    assert response.status_code == 400 and "NUL" in response.json()["detail"]
+    assert not BenchmarkRun.objects.exists()
+
+
+def test_json_bodies_without_nul_still_reach_the_view(admin_client):
+    response = admin_client.post(
+        "/api/evaluations/runs/", '{"kind": "bogus"}', content_type="application/json"
+    )
+    assert response.status_code == 400 and "kind" in response.json()
