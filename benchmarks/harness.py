@@ -163,6 +163,42 @@ def known_timings(
     }
 
 
+def sweep_capacity(slots: int = 4, stage_s: float = 3.0) -> dict:
+    """The sweep's capacity against the analytically known knee of a paced server with ``slots``
+    service slots (the figure tests/loadtest's sweep test no longer bounds tightly).
+
+    Each request holds a slot for 50 ms + 31 * 10 ms, so the hard capacity is N/S req/s; with a
+    TTFT slack of 200 ms the SLA knee is N/S * (1 + 0.2 / (0.9 * stage_s)).
+    """
+    from loadtest import SweepConfig, find_capacity
+
+    service_s, margin_s = 0.050 + 31 * 0.010, 0.200
+    hard = slots / service_s
+    knee = hard * (1 + margin_s / (0.9 * stage_s))
+    port = _free_port()
+    cmd = [sys.executable, "-m", "loadtest.paced_server", "--port", str(port)]
+    cmd += ["--ttft-ms", "50", "--tpot-ms", "10", "--max-running", str(slots)]
+    load_before = os.getloadavg()[0]
+    with _server(cmd, port) as url:
+        result = find_capacity(
+            target=Target(base_url=url, model="paced"),
+            workload=Workload(arrival=constant(1), input=fixed(8), output=fixed(32)),
+            stage=StageConfig(duration_s=stage_s),
+            sla=Sla(ttft_ms=50 + margin_s * 1e3, tpot_ms=30),
+            sweep=SweepConfig(start_rate=4, rel_tol=0.04, max_stages=10),
+        )
+    found = result["capacity_rate"]
+    return {
+        "slots": slots,
+        "hard_capacity_rps": hard,
+        "sla_knee_rps": knee,
+        "found_rps": found,
+        "found_vs_hard_pct": found / hard * 100 if found else None,
+        "converged": result["converged"],
+        "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
+
+
 def client_cpu_per_chunk(streams: int = 500, tokens: int = 64) -> list[dict]:
     """CPU time per streamed chunk: the harness's client vs aiohttp vs httpx, same load.
 
@@ -445,6 +481,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{t['engine']:>24} {t['true_ttft_ms']:>9.1f} {t['ttft_p50_ms']:>9.2f} {t['ttft_error_pct']:>7.2f} "
             f"{t['true_tpot_ms']:>9.1f} {t['tpot_mean_ms']:>9.3f} {t['tpot_error_pct']:>7.2f}"
         )
+    print("\nSweep capacity (paced server, 4 slots, 360 ms per request, 3 s stages):")
+    sweep = sweep_capacity()
+    print(
+        f"  hard capacity N/S {sweep['hard_capacity_rps']:.2f} req/s, SLA knee {sweep['sla_knee_rps']:.2f} req/s, "
+        f"found {_f(sweep['found_rps'])} req/s = {_f(sweep['found_vs_hard_pct'], '{:.1f}')} % of N/S "
+        f"(converged: {sweep['converged']}; load {sweep['loadavg_1m'][0]}→{sweep['loadavg_1m'][1]} on {os.cpu_count()} cores)"
+    )
     clients = []
     if not a.no_client_compare:
         print("\nClient CPU per streamed chunk (500 streams x 64 tokens at 50 ms/token, uvloop):")
@@ -485,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_streams_sched_and_tpot_ok": max_tpot_ok,
         "client_capacity": rows,
         "known_timings": timing_rows,
+        "sweep_capacity": sweep,
         "client_cpu_per_chunk": clients,
         "input_len_error_pct": fidelity["input_len_error_pct"],
         "offered_rate_error_pct": fidelity["offered_rate_error_pct"],

@@ -161,3 +161,24 @@ class RepriceForm(_Bootstrap, forms.Form):
         if data.get("period_start") and data.get("period_end") and data["period_end"] <= data["period_start"]:
             raise forms.ValidationError("The period must end after it starts.")
         return data
+
+
+class TenantForm(_Bootstrap, forms.Form):
+    """Create or edit a tenant (platform admins)."""
+
+    name = forms.CharField(max_length=128)
+    slug = forms.SlugField(max_length=64, required=False, help_text="In URLs; defaults to the name")
+    is_active = forms.BooleanField(
+        required=False, initial=True, help_text="Inactive: members lose access, the gateway refuses its keys"
+    )
+
+
+class MembershipAddForm(_Bootstrap, forms.Form):
+    """Add a user to a tenant, by username."""
+
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=[("member", "Member"), ("admin", "Tenant admin")], initial="member")
+
+
+class MembershipRoleForm(_Bootstrap, forms.Form):
+    role = forms.ChoiceField(choices=[("member", "Member"), ("admin", "Tenant admin")])

@@ -6,6 +6,7 @@ app_name = "billing"
 
 urlpatterns = [
     path("tenants/", tenancy.TenantListView.as_view(), name="tenant_list"),
+    path("tenants/new/", tenancy.TenantCreateView.as_view(), name="tenant_create"),
     path("tenants/<slug:slug>/", tenancy.TenantDetailView.as_view(), name="tenant_detail"),
     path("tenants/<slug:slug>/cost/", costs.TenantCostView.as_view(), name="tenant_cost"),
     path("tenants/<slug:slug>/webhook/", notifications.TenantWebhookView.as_view(), name="tenant_webhook"),
@@ -13,6 +14,18 @@ urlpatterns = [
     path("notifications/badge/", notifications.NotificationBadgeView.as_view(), name="notification_badge"),
     path(
         "notifications/<int:pk>/read/", notifications.NotificationReadView.as_view(), name="notification_read"
+    ),
+    path("tenants/<slug:slug>/edit/", tenancy.TenantEditView.as_view(), name="tenant_edit"),
+    path("tenants/<slug:slug>/members/", tenancy.TenantMemberAddView.as_view(), name="tenant_member_add"),
+    path(
+        "tenants/<slug:slug>/members/<int:pk>/role/",
+        tenancy.TenantMemberRoleView.as_view(),
+        name="tenant_member_role",
+    ),
+    path(
+        "tenants/<slug:slug>/members/<int:pk>/remove/",
+        tenancy.TenantMemberRemoveView.as_view(),
+        name="tenant_member_remove",
     ),
     path("keys/", keys.ApiKeyListView.as_view(), name="key_list"),
     path("keys/new/", keys.ApiKeyCreateView.as_view(), name="key_create"),

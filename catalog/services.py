@@ -94,6 +94,7 @@ def _before(instance) -> dict | None:
 @transaction.atomic
 def model_version_create(*, actor, **fields) -> ModelVersion:
     """Create a version in ``draft`` (unless a lifecycle is given) and record who made it."""
+    # A system actor ("system:seed") is a string: the row then has no creating user.
     version = ModelVersion(created_by=actor if getattr(actor, "pk", None) else None, **fields)
     version.full_clean()
     version.save()
@@ -449,3 +450,32 @@ def kv_memory_whatif(
         "formula": "KV bytes/token = 2 × layers × kv_heads × head_dim × bytes/element; "
         "batch KV = concurrency × context × KV bytes/token ≤ GPU memory × TP × utilization − weights − reserve",
     }
+
+
+# --- plain create/update by field values (the demo seed and scripts use these) ------------------
+
+
+@transaction.atomic
+def gpu_type_create(*, actor, **fields) -> GpuType:
+    """Create a GPU type from field values (validated like the form's)."""
+    return gpu_type_save(instance=GpuType(**fields), actor=actor)
+
+
+@transaction.atomic
+def gpu_type_update(*, gpu_type: GpuType, actor, **fields) -> GpuType:
+    for name, value in fields.items():
+        setattr(gpu_type, name, value)
+    return gpu_type_save(instance=gpu_type, actor=actor)
+
+
+@transaction.atomic
+def model_create(*, actor, **fields) -> Model:
+    """Create a model (architecture facts from its config.json)."""
+    return model_save(instance=Model(**fields), actor=actor)
+
+
+@transaction.atomic
+def model_update(*, model: Model, actor, **fields) -> Model:
+    for name, value in fields.items():
+        setattr(model, name, value)
+    return model_save(instance=model, actor=actor)

@@ -39,31 +39,42 @@ DEMO_DEPLOYMENTS = [
 ]
 
 
-def seed_demo(*, users: dict, tenants: dict) -> None:
-    """Create the demo deployments and routes once (an existing slug is left as the admin left it)."""
-    admin = users.get("admin")
+def seed_demo(*, users: dict, tenants: dict, seed) -> None:
+    """Create the demo deployments and routes the seed has not created before.
+
+    ``seed`` (``governor.demo.Seed``) remembers what it made: a demo deployment an admin deleted
+    is not recreated at the next start, one they changed keeps the change; on ``seed.reset`` a
+    deleted one is created again.
+    """
     for spec in DEMO_DEPLOYMENTS:
+        key = f"deployment:{spec['slug']}"
         deployment = Deployment.objects.live().filter(slug=spec["slug"]).first()
-        if deployment is None:
-            version = model_version_by_label(model_name=spec["model"], label=spec["label"])
-            deployment, _ = services.deployment_create(
-                actor=admin,
-                name=spec["name"],
-                slug=spec["slug"],
-                model_version=version,
-                engine_kind=EngineKind.SIMULATED,
-                gpu_type=gpu_type_get(name=spec["gpu"]),
-                tensor_parallel_size=1,
-                pool=Pool.ONLINE,
-                num_replicas=1,
-                max_model_len=spec["max_model_len"],
-                max_num_seqs=spec["max_num_seqs"],
-                max_num_batched_tokens=8192,
-            )
+        if seed.wants(key):
+            if deployment is None:
+                version = model_version_by_label(model_name=spec["model"], label=spec["label"])
+                deployment, _ = services.deployment_create(
+                    actor=seed.actor,
+                    name=spec["name"],
+                    slug=spec["slug"],
+                    model_version=version,
+                    engine_kind=EngineKind.SIMULATED,
+                    gpu_type=gpu_type_get(name=spec["gpu"]),
+                    tensor_parallel_size=1,
+                    pool=Pool.ONLINE,
+                    num_replicas=1,
+                    max_model_len=spec["max_model_len"],
+                    max_num_seqs=spec["max_num_seqs"],
+                    max_num_batched_tokens=8192,
+                )
+            seed.created(key)
+        route_key = f"route:{spec['route']}"
+        if not seed.wants(route_key):
+            continue
         route = ModelRoute.objects.filter(public_name=spec["route"]).first()
         if route is None:
             route = services.model_route_save(
-                route=ModelRoute(public_name=spec["route"], description=spec["description"]), actor=admin
+                route=ModelRoute(public_name=spec["route"], description=spec["description"]), actor=seed.actor
             )
-        if not route.targets.exists():
-            services.route_target_set(route=route, deployment=deployment, weight=100, actor=admin)
+        if deployment is not None and not route.targets.exists():
+            services.route_target_set(route=route, deployment=deployment, weight=100, actor=seed.actor)
+        seed.created(route_key)

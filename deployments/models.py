@@ -171,6 +171,18 @@ class Deployment(models.Model):
         return reverse("deployments:detail", args=[self.pk])
 
     @property
+    def display_status(self) -> str:
+        """The status the console may claim now: one Ray reported before this platform started
+        (``settings.PLATFORM_STARTED_AT``) is stale, so it reads UNKNOWN until the reconciler has
+        heard from Ray again. Statuses the console sets itself (pending, stopped, deleted) stand."""
+        if self.status in (Status.PENDING, Status.STOPPED, Status.DELETED, Status.UNKNOWN):
+            return self.status
+        started = getattr(settings, "PLATFORM_STARTED_AT", None)
+        if self.observed_at is None or (started is not None and self.observed_at.timestamp() < started):
+            return Status.UNKNOWN
+        return self.status
+
+    @property
     def app_name(self) -> str:
         """The Ray Serve application name."""
         return self.slug

@@ -8,6 +8,8 @@ changes).
 
 from __future__ import annotations
 
+import time
+
 import httpx
 from django.conf import settings
 
@@ -37,7 +39,7 @@ def _client(timeout: float) -> httpx.Client:
     return httpx.Client(
         base_url=settings.RAY_DASHBOARD_URL.rstrip("/"),
         headers=_headers(),
-        timeout=httpx.Timeout(timeout, connect=3.0),
+        timeout=httpx.Timeout(timeout, connect=5.0),
         trust_env=False,  # a proxy from the environment must never sit between us and the head node
     )
 
@@ -56,13 +58,31 @@ def _refused(response: httpx.Response) -> RayUnreachable | None:
     return None
 
 
+# A busy head node (or a busy CI machine) answers late rather than not at all: both calls are
+# idempotent (GET, and a PUT of the whole desired state), so transport errors are retried a few
+# times with backoff before they count as "unreachable".
+ATTEMPTS = 3
+BACKOFF_S = 1.0
+
+
+def _send(method: str, *, timeout: float, **kwargs) -> httpx.Response:
+    last: httpx.HTTPError | None = None
+    for attempt in range(ATTEMPTS):
+        try:
+            with _client(timeout) as client:
+                return client.request(method, APPLICATIONS_PATH, **kwargs)
+        except httpx.HTTPError as exc:
+            last = exc
+            if attempt + 1 < ATTEMPTS:
+                time.sleep(BACKOFF_S * (2**attempt))
+    raise RayUnreachable(
+        f"{settings.RAY_DASHBOARD_URL}: {last.__class__.__name__}: {last} (after {ATTEMPTS} attempts)"
+    ) from last
+
+
 def put_applications(config: dict, *, timeout: float = 60.0) -> None:
     """Deploy the whole declarative config; Ray deletes every application it leaves out."""
-    try:
-        with _client(timeout) as client:
-            response = client.put(APPLICATIONS_PATH, json=config)
-    except httpx.HTTPError as exc:
-        raise RayUnreachable(f"{settings.RAY_DASHBOARD_URL}: {exc.__class__.__name__}: {exc}") from exc
+    response = _send("PUT", timeout=timeout, json=config)
     refused = _refused(response)
     if refused:
         raise refused
@@ -72,13 +92,9 @@ def put_applications(config: dict, *, timeout: float = 60.0) -> None:
         raise RayRejected(response.status_code, response.text)
 
 
-def get_applications(*, timeout: float = 15.0) -> dict:
+def get_applications(*, timeout: float = 30.0) -> dict:
     """``ServeInstanceDetails`` as a dict: ``{"applications": {name: ApplicationDetails}, ...}``."""
-    try:
-        with _client(timeout) as client:
-            response = client.get(APPLICATIONS_PATH)
-    except httpx.HTTPError as exc:
-        raise RayUnreachable(f"{settings.RAY_DASHBOARD_URL}: {exc.__class__.__name__}: {exc}") from exc
+    response = _send("GET", timeout=timeout)
     refused = _refused(response)
     if refused:
         raise refused

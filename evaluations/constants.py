@@ -95,3 +95,19 @@ EVAL_MAX_CONCURRENCY = 64
 # A finished run on the same inputs younger than this is reused by a gate instead of rerun.
 GATE_REUSE_HOURS = 24
 MAX_SUITE_BYTES = 5 * 1024 * 1024
+# Bounds of what a benchmark may ask for: generous for any real deployment, small enough that a
+# run can be planned and held in memory by a worker. The service enforces them (forms and the API
+# show its errors); the form fields repeat them as max_value so browsers refuse early.
+MAX_TOKENS_PER_REQUEST = 1_048_576  # platform max: no served model has a longer context
+MAX_RATE_RPS = 100_000.0  # offered requests per second (start, ladder levels, sweep max)
+MAX_CONCURRENCY = 10_000  # closed-loop clients
+MAX_REQUESTS_PER_STAGE = 1_000_000  # planned requests in one stage (count, or rate × duration)
+MAX_STAGE_SECONDS = 3600
+MAX_WARMUP_REQUESTS = 10_000
+MAX_CLIENT_PROCESSES = 64
+MAX_PREFIX_GROUPS = 100_000
+MAX_EMPIRICAL_PAIRS = 100_000
+MAX_LADDER_LEVELS = 20
+MAX_SWEEP_STAGES = 50
+MAX_SLA_MS = 3_600_000.0  # an hour per request is already no SLA
+MAX_LOGNORMAL_SIGMA = 5.0

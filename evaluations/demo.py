@@ -78,7 +78,8 @@ DEMO_PERFORMANCE = {**DEFAULT_PERFORMANCE, "stage_duration_s": 30.0, "min_goodpu
 DEMO_STABILITY = dict(DEFAULT_STABILITY)
 
 
-def seed_demo(*, users: dict, tenants: dict) -> None:
+def seed_demo(*, users: dict, tenants: dict, seed) -> None:
+    """Create the eval demo the seed has not created before (``seed``: ``governor.demo.Seed``)."""
     admin = users.get("admin")
     eval_builtin_suites_register(actor=admin or "system:seed")
     for spec in EXTRA_VERSIONS:
@@ -98,7 +99,10 @@ def seed_demo(*, users: dict, tenants: dict) -> None:
         if version is not None and not version.quality_profile:
             model_version_set_quality_profile(version=version, profile=profile, actor=admin or "system:seed")
     for spec in CANDIDATE_DEPLOYMENTS:
-        if deployment_list().filter(slug=spec["slug"]).exists():
+        key = f"deployment:{spec['slug']}"
+        # Created once: a candidate deployment an admin deleted stays deleted (``--reset`` restores it).
+        if not seed.wants(key) or deployment_list().filter(slug=spec["slug"]).exists():
+            seed.created(key)
             continue
         version = model_version_by_label(model_name=spec["model"], label=spec["label"])
         if version.lifecycle in ("rejected", "retired"):
@@ -117,6 +121,7 @@ def seed_demo(*, users: dict, tenants: dict) -> None:
             max_num_seqs=48,
             max_num_batched_tokens=8192,
         )
+        seed.created(key)
     for model_name, gpu_name in POLICIES.items():
         model = model_get(name=model_name)
         if GatePolicy.objects.filter(model=model).exists():

@@ -5,7 +5,21 @@ from __future__ import annotations
 from django import forms
 
 from catalog.selectors import gpu_type_list, model_version_list
-from evaluations.constants import Api, RunKind, RunMode, RunStatus, TargetKind
+from evaluations.constants import (
+    MAX_CONCURRENCY,
+    MAX_PREFIX_GROUPS,
+    MAX_RATE_RPS,
+    MAX_REQUESTS_PER_STAGE,
+    MAX_SLA_MS,
+    MAX_STAGE_SECONDS,
+    MAX_TOKENS_PER_REQUEST,
+    MAX_WARMUP_REQUESTS,
+    Api,
+    RunKind,
+    RunMode,
+    RunStatus,
+    TargetKind,
+)
 
 LENGTH_KINDS = [
     ("fixed", "fixed (a)"),
@@ -74,33 +88,47 @@ class BenchmarkRunForm(forms.Form):
     replicas = forms.IntegerField(min_value=1, max_value=64, initial=1, label="Replicas (spec)")
     # Workload.
     arrival = forms.ChoiceField(choices=ARRIVALS, initial="poisson")
-    rate = forms.FloatField(min_value=0.001, initial=1.0, label="Rate (req/s) / sweep start")
-    burstiness = forms.FloatField(min_value=0.01, initial=1.0)
-    concurrency = forms.IntegerField(min_value=1, initial=8)
+    rate = forms.FloatField(
+        min_value=0.001, max_value=MAX_RATE_RPS, initial=1.0, label="Rate (req/s) / sweep start"
+    )
+    burstiness = forms.FloatField(min_value=0.01, max_value=100, initial=1.0)
+    concurrency = forms.IntegerField(min_value=1, max_value=MAX_CONCURRENCY, initial=8)
     ladder = forms.CharField(required=False, help_text="Ladder mode: comma-separated rates or concurrencies")
     input_kind = forms.ChoiceField(choices=LENGTH_KINDS, initial="fixed", label="Input length")
-    input_a = forms.FloatField(min_value=1, initial=512, label="Input a")
-    input_b = forms.FloatField(required=False, min_value=0, label="Input b")
+    input_a = forms.FloatField(min_value=1, max_value=MAX_TOKENS_PER_REQUEST, initial=512, label="Input a")
+    input_b = forms.FloatField(required=False, min_value=0, max_value=MAX_TOKENS_PER_REQUEST, label="Input b")
     output_kind = forms.ChoiceField(choices=LENGTH_KINDS, initial="fixed", label="Output length")
-    output_a = forms.FloatField(min_value=1, initial=128, label="Output a")
-    output_b = forms.FloatField(required=False, min_value=0, label="Output b")
+    output_a = forms.FloatField(min_value=1, max_value=MAX_TOKENS_PER_REQUEST, initial=128, label="Output a")
+    output_b = forms.FloatField(
+        required=False, min_value=0, max_value=MAX_TOKENS_PER_REQUEST, label="Output b"
+    )
     shared_prefix_ratio = forms.FloatField(min_value=0, max_value=1, initial=0.0)
-    prefix_groups = forms.IntegerField(min_value=1, initial=1)
+    prefix_groups = forms.IntegerField(min_value=1, max_value=MAX_PREFIX_GROUPS, initial=1)
     temperature = forms.FloatField(min_value=0, max_value=2, initial=0.0)
     ignore_eos = forms.BooleanField(required=False, initial=True, help_text="Exact output lengths (vLLM)")
     # Stages.
-    duration_s = forms.FloatField(required=False, min_value=0.1, initial=30.0, label="Stage duration (s)")
-    num_requests = forms.IntegerField(required=False, min_value=1, label="…or requests per stage")
-    warmup_requests = forms.IntegerField(min_value=0, initial=4)
+    duration_s = forms.FloatField(
+        required=False, min_value=0.1, max_value=MAX_STAGE_SECONDS, initial=30.0, label="Stage duration (s)"
+    )
+    num_requests = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_REQUESTS_PER_STAGE, label="…or requests per stage"
+    )
+    warmup_requests = forms.IntegerField(min_value=0, max_value=MAX_WARMUP_REQUESTS, initial=4)
     processes = forms.IntegerField(
         min_value=0, max_value=64, initial=0, help_text="Client processes (0 = auto)"
     )
     # SLA and sweep.
-    ttft_ms = forms.FloatField(required=False, min_value=0.001, initial=1000.0, label="TTFT ≤ (ms)")
-    tpot_ms = forms.FloatField(required=False, min_value=0.001, initial=50.0, label="TPOT ≤ (ms)")
-    e2e_ms = forms.FloatField(required=False, min_value=0.001, label="E2E ≤ (ms)")
+    ttft_ms = forms.FloatField(
+        required=False, min_value=0.001, max_value=MAX_SLA_MS, initial=1000.0, label="TTFT ≤ (ms)"
+    )
+    tpot_ms = forms.FloatField(
+        required=False, min_value=0.001, max_value=MAX_SLA_MS, initial=50.0, label="TPOT ≤ (ms)"
+    )
+    e2e_ms = forms.FloatField(required=False, min_value=0.001, max_value=MAX_SLA_MS, label="E2E ≤ (ms)")
     target_attainment = forms.FloatField(min_value=0.01, max_value=1.0, initial=0.9)
-    max_rate = forms.FloatField(min_value=0.01, initial=1000.0, label="Sweep max rate")
+    max_rate = forms.FloatField(
+        min_value=0.01, max_value=MAX_RATE_RPS, initial=1000.0, label="Sweep max rate"
+    )
     rel_tol = forms.FloatField(min_value=0.001, max_value=1.0, initial=0.05, label="Sweep tolerance")
     max_stages = forms.IntegerField(min_value=1, max_value=30, initial=10, label="Sweep max stages")
 

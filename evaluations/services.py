@@ -7,6 +7,7 @@ report and the headline figures, and always leaves the row in a final state.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import replace
@@ -24,6 +25,19 @@ from evaluations.constants import (
     ACTIVE_STATUSES,
     DEFAULT_SAMPLING,
     DEFAULT_STAGE,
+    MAX_CLIENT_PROCESSES,
+    MAX_CONCURRENCY,
+    MAX_EMPIRICAL_PAIRS,
+    MAX_LADDER_LEVELS,
+    MAX_LOGNORMAL_SIGMA,
+    MAX_PREFIX_GROUPS,
+    MAX_RATE_RPS,
+    MAX_REQUESTS_PER_STAGE,
+    MAX_SLA_MS,
+    MAX_STAGE_SECONDS,
+    MAX_SWEEP_STAGES,
+    MAX_TOKENS_PER_REQUEST,
+    MAX_WARMUP_REQUESTS,
     RunKind,
     RunMode,
     RunStatus,
@@ -36,9 +50,6 @@ from loadtest.crosscheck import CrossCheckError, unavailable_reason
 from loadtest.runner import HarnessError, arrival_at, cross_check_stage
 from loadtest.sweep import DEFAULT_TARGET_ATTAINMENT
 
-MAX_LADDER_LEVELS = 20
-MAX_STAGE_SECONDS = 3600
-
 
 class RunCancelled(Exception):
     """Raised inside the harness's progress callback when an admin cancelled the run."""
@@ -48,10 +59,125 @@ class RunCancelled(Exception):
 
 
 def _validate_workload(workload: dict) -> Workload:
+    if not isinstance(workload, dict):
+        raise ValidationError({"workload": "Invalid workload: must be a JSON object."})
+    if workload.get("empirical_path"):
+        # A path would let a caller make the worker read any file on its host.
+        raise ValidationError(
+            {"workload": "Give empirical (input_len, output_len) pairs inline, not a path."}
+        )
+    pairs = workload.get("empirical")
+    if isinstance(pairs, list) and len(pairs) > MAX_EMPIRICAL_PAIRS:
+        raise ValidationError({"workload": f"At most {MAX_EMPIRICAL_PAIRS:,} empirical pairs."})
     try:
-        return Workload.from_dict(workload)
-    except (KeyError, TypeError, ValueError) as exc:
+        wl = Workload.from_dict(workload)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValidationError({"workload": f"Invalid workload: {exc}"}) from exc
+    _check_arrival(wl)
+    if wl.prefix_groups > MAX_PREFIX_GROUPS:
+        raise ValidationError({"workload": f"prefix_groups must be at most {MAX_PREFIX_GROUPS:,}."})
+    return wl
+
+
+def _check_arrival(wl: Workload) -> None:
+    a = wl.arrival
+    if a.closed_loop:
+        if a.concurrency > MAX_CONCURRENCY:
+            raise ValidationError({"workload": f"Concurrency must be at most {MAX_CONCURRENCY:,} clients."})
+    elif not math.isfinite(a.rate) or a.rate > MAX_RATE_RPS:
+        raise ValidationError({"workload": f"The arrival rate must be at most {MAX_RATE_RPS:,.0f} req/s."})
+    if not math.isfinite(a.burstiness) or not 0.01 <= a.burstiness <= 100:
+        raise ValidationError({"workload": "Burstiness must be in [0.01, 100]."})
+
+
+def _length_upper(dist) -> float:
+    """The longest length a distribution is meant to produce (its max, else its defining figure)."""
+    if dist.max is not None:
+        return float(dist.max)
+    if dist.kind == "fixed":
+        return float(dist.value)
+    if dist.kind == "uniform":
+        return float(dist.high)
+    return float(dist.mean)
+
+
+def _check_lengths(wl: Workload, *, context: int, context_source: str) -> None:
+    """Every request must fit the model's context (and the platform's max) with its output."""
+    limit = min(context, MAX_TOKENS_PER_REQUEST)
+    if wl.empirical is not None:
+        longest = max(i + o for i, o in wl.empirical)
+        if longest > limit:
+            raise ValidationError(
+                {
+                    "workload": f"An empirical pair needs {longest:,} tokens; {context_source} allows {limit:,}."
+                }
+            )
+        return
+    uppers = {}
+    for side, dist in (("input", wl.input), ("output", wl.output)):
+        for name in ("value", "low", "high", "mean", "std", "sigma", "max"):
+            v = getattr(dist, name)
+            if v is not None and not math.isfinite(float(v)):
+                raise ValidationError({"workload": f"The {side} length's {name} must be a finite number."})
+        if dist.sigma is not None and not 0 < dist.sigma <= MAX_LOGNORMAL_SIGMA:
+            raise ValidationError(
+                {"workload": f"The {side} length's sigma must be in (0, {MAX_LOGNORMAL_SIGMA}]."}
+            )
+        if dist.std is not None and not 0 <= dist.std <= limit:
+            raise ValidationError({"workload": f"The {side} length's std must be in [0, {limit:,}] tokens."})
+        uppers[side] = _length_upper(dist)
+        if uppers[side] > limit:
+            raise ValidationError(
+                {
+                    "workload": f"{side.capitalize()} lengths up to {uppers[side]:,.0f} tokens exceed {limit:,} ({context_source})."
+                }
+            )
+    if uppers["input"] + uppers["output"] > limit:
+        raise ValidationError(
+            {
+                "workload": f"Input plus output ({uppers['input']:,.0f} + {uppers['output']:,.0f} tokens) "
+                f"exceeds {limit:,} tokens ({context_source})."
+            }
+        )
+
+
+def _context_of(*, deployment, model_version) -> tuple[int, str]:
+    if deployment is not None and getattr(deployment, "max_model_len", None):
+        return int(deployment.max_model_len), "the deployment's max_model_len"
+    mv = deployment.model_version if deployment is not None else model_version
+    if mv is not None:
+        return int(mv.model.max_context), f"{mv.model.name}'s context"
+    return MAX_TOKENS_PER_REQUEST, "the platform's per-request maximum"
+
+
+def _check_volume(*, wl: Workload, stage: StageConfig, mode: str, ladder: list[float], sweep) -> None:
+    """Bound the requests one stage plans (a worker samples them all up front)."""
+    if mode == RunMode.LADDER:
+        cap = MAX_CONCURRENCY if wl.arrival.closed_loop else MAX_RATE_RPS
+        if any(not math.isfinite(x) or x > cap for x in ladder):
+            unit = "clients" if wl.arrival.closed_loop else "req/s"
+            raise ValidationError({"ladder": f"Ladder levels must be at most {cap:,.0f} {unit}."})
+    if mode == RunMode.SWEEP and (sweep.max_rate > MAX_RATE_RPS or sweep.max_stages > MAX_SWEEP_STAGES):
+        raise ValidationError(
+            {
+                "sweep": f"A sweep goes up to at most {MAX_RATE_RPS:,.0f} req/s in at most {MAX_SWEEP_STAGES} stages."
+            }
+        )
+    if stage.duration_s is None or wl.arrival.closed_loop:
+        return
+    top = wl.arrival.rate
+    if mode == RunMode.LADDER and ladder:
+        top = max(ladder)
+    elif mode == RunMode.SWEEP:
+        top = sweep.max_rate
+    planned = top * stage.duration_s
+    if planned > MAX_REQUESTS_PER_STAGE:
+        raise ValidationError(
+            {
+                "stage": f"{top:,.0f} req/s for {stage.duration_s:,.0f} s plans {planned:,.0f} requests in a stage; "
+                f"at most {MAX_REQUESTS_PER_STAGE:,}. Shorten the stage or lower the rate."
+            }
+        )
 
 
 def _validate_context(wl: Workload, *, deployment, model_version) -> None:
@@ -85,8 +211,8 @@ def _validate_sla(sla: dict) -> Sla:
         raise ValidationError({"sla": f"Invalid SLA: {exc}"}) from exc
     for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
         value = getattr(parsed, name)
-        if value is not None and value <= 0:
-            raise ValidationError({"sla": f"{name} must be positive."})
+        if value is not None and not (math.isfinite(value) and 0 < value <= MAX_SLA_MS):
+            raise ValidationError({"sla": f"{name} must be in (0, {MAX_SLA_MS:,.0f}] ms."})
     if parsed.ttft_ms is None and parsed.tpot_ms is None and parsed.e2e_ms is None:
         raise ValidationError({"sla": "An SLA needs at least one limit."})
     return parsed
@@ -108,12 +234,18 @@ def _validate_stage(stage: dict) -> StageConfig:
         raise ValidationError({"stage": f"Invalid stage settings: {exc}"}) from exc
     if cfg.duration_s is None and cfg.num_requests is None:
         raise ValidationError({"stage": "Stop each stage by a duration or a request count."})
-    if cfg.duration_s is not None and not 0 < cfg.duration_s <= MAX_STAGE_SECONDS:
+    if cfg.duration_s is not None and not (
+        math.isfinite(cfg.duration_s) and 0 < cfg.duration_s <= MAX_STAGE_SECONDS
+    ):
         raise ValidationError({"stage": f"Stage duration must be in (0, {MAX_STAGE_SECONDS}] seconds."})
-    if cfg.num_requests is not None and cfg.num_requests < 1:
-        raise ValidationError({"stage": "A stage needs at least one request."})
-    if cfg.warmup_requests < 0 or cfg.processes < 0:
-        raise ValidationError({"stage": "Warm-up requests and processes cannot be negative."})
+    if cfg.num_requests is not None and not 1 <= cfg.num_requests <= MAX_REQUESTS_PER_STAGE:
+        raise ValidationError({"stage": f"A stage needs 1 to {MAX_REQUESTS_PER_STAGE:,} requests."})
+    if not 0 <= cfg.warmup_requests <= MAX_WARMUP_REQUESTS:
+        raise ValidationError({"stage": f"Warm-up requests must be in [0, {MAX_WARMUP_REQUESTS:,}]."})
+    if not 0 <= cfg.processes <= MAX_CLIENT_PROCESSES:
+        raise ValidationError(
+            {"stage": f"Client processes must be in [0, {MAX_CLIENT_PROCESSES}] (0 = auto)."}
+        )
     return cfg
 
 
@@ -220,11 +352,12 @@ def benchmark_run_create(
         not ladder or len(ladder) > MAX_LADDER_LEVELS or any(x <= 0 for x in ladder)
     ):
         raise ValidationError({"ladder": f"A ladder needs 1 to {MAX_LADDER_LEVELS} positive levels."})
-    sweep_cfg = SweepConfig.from_dict({"target_attainment": DEFAULT_TARGET_ATTAINMENT, **(sweep or {})})
     try:
+        sweep_cfg = SweepConfig.from_dict({"target_attainment": DEFAULT_TARGET_ATTAINMENT, **(sweep or {})})
         sweep_cfg.validate()
-    except HarnessError as exc:
+    except (HarnessError, TypeError) as exc:
         raise ValidationError({"sweep": str(exc)}) from exc
+    _check_volume(wl=wl, stage=stage_cfg, mode=mode, ladder=ladder, sweep=sweep_cfg)
     if mode == RunMode.SWEEP:
         if wl.arrival.closed_loop:
             raise ValidationError(
@@ -259,6 +392,10 @@ def benchmark_run_create(
         raise ValidationError({"target_kind": f"Unknown target {target_kind!r}."})
     if tensor_parallel < 1 or replicas < 1 or (gpus is not None and gpus < 0):
         raise ValidationError({"gpus": "GPU counts must be positive."})
+    if tensor_parallel > 64 or replicas > 1024 or (gpus is not None and gpus > 65_536):
+        raise ValidationError({"gpus": "At most TP 64, 1,024 replicas and 65,536 GPUs."})
+    context, context_source = _context_of(deployment=deployment, model_version=model_version)
+    _check_lengths(wl, context=context, context_source=context_source)
 
     snapshot = _snapshot(
         deployment=deployment,

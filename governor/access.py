@@ -129,12 +129,24 @@ class PlatformAdminRequiredMixin(AccessMixin):
         if not request.user.is_authenticated:
             return self.handle_no_permission()
         if not is_platform_admin(request.user):
-            refuse_write(request, reason="Only platform admins may do this.")
-            raise PermissionDenied("Only platform admins may do this.")
+            message = (
+                AUDITOR_WRITE_REFUSED if is_auditor(request.user) else "Only platform admins may do this."
+            )
+            refuse_write(request, reason=message)
+            raise PermissionDenied(message)
         return super().dispatch(request, *args, **kwargs)
 
 
 # --- DRF permission classes ---------------------------------------------------------------------
+
+AUDITOR_WRITE_REFUSED = "Auditors can read everything but change nothing."
+
+
+def refused_write_message(user) -> str:
+    """Why a write was refused, in words that fit who asked."""
+    if is_auditor(user):
+        return AUDITOR_WRITE_REFUSED
+    return "Only platform admins may change this."
 
 
 class IsPlatformUser(BasePermission):
@@ -157,10 +169,12 @@ class PlatformAdminOrReadOnly(BasePermission):
     def has_permission(self, request, view) -> bool:
         if request.method in SAFE_METHODS:
             return is_platform_user(request.user)
-        allowed = is_platform_admin(request.user)
-        if not allowed:
-            refuse_write(request, reason=self.message)
-        return allowed
+        if is_platform_admin(request.user):
+            return True
+        # Say what happened: a refused write is not a refused read.
+        self.message = refused_write_message(request.user)
+        refuse_write(request, reason=self.message)
+        return False
 
 
 class ReadsEverythingOrAdmin(BasePermission):
@@ -171,7 +185,9 @@ class ReadsEverythingOrAdmin(BasePermission):
     def has_permission(self, request, view) -> bool:
         if request.method in SAFE_METHODS:
             return reads_everything(request.user)
-        allowed = is_platform_admin(request.user)
-        if not allowed:
-            refuse_write(request, reason=self.message)
-        return allowed
+        if is_platform_admin(request.user):
+            return True
+        # Say what happened: a refused write is not a refused read.
+        self.message = refused_write_message(request.user)
+        refuse_write(request, reason=self.message)
+        return False

@@ -1,4 +1,5 @@
-"""What every app's REST API shares: one exception handler and viewsets that write through services.
+"""What every API endpoint shares: one exception handler, viewsets that write through services, and
+the API docs pages.
 
 Services raise Django's ``ValidationError``; the handler turns it into DRF's 400 once, here, instead
 of in every view. ``ServiceModelViewSet`` is a ModelViewSet whose create, update and delete call the
@@ -7,16 +8,41 @@ app's services (which validate, write and record the audit event) rather than ``
 
 from __future__ import annotations
 
+from csp.constants import UNSAFE_INLINE
+from csp.decorators import csp_update
 from django.core.exceptions import ValidationError as DjangoValidationError
-from rest_framework import serializers, viewsets
+from django.utils.decorators import method_decorator
+from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerSplitView
+from rest_framework import exceptions, viewsets
 from rest_framework.views import exception_handler as drf_exception_handler
 
 
 def exception_handler(exc, context):
+    """DRF's handler, plus Django's ``ValidationError`` (raised by services) as a 400.
+
+    Services validate and raise Django's ``ValidationError``; converting it here, once, means
+    no view needs its own try/except to avoid a 500.
+    """
     if isinstance(exc, DjangoValidationError):
-        detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
-        exc = serializers.ValidationError(detail)
+        detail = exc.message_dict if hasattr(exc, "error_dict") else exc.messages
+        exc = exceptions.ValidationError(detail)
     return drf_exception_handler(exc, context)
+
+
+# Swagger UI and Redoc set styles from JavaScript and ship a few inline <style> rules; the docs
+# pages, and only they, allow inline styles (never inline script). Redoc also runs a blob: worker.
+_DOCS_CSP = {"style-src": [UNSAFE_INLINE], "worker-src": ["'self'", "blob:"]}
+
+
+@method_decorator(csp_update(_DOCS_CSP), name="dispatch")
+class SwaggerView(SpectacularSwaggerSplitView):
+    """Swagger UI from drf-spectacular-sidecar's static files; its init script is a separate
+    request (``?script``), so the page itself has no inline script."""
+
+
+@method_decorator(csp_update(_DOCS_CSP), name="dispatch")
+class RedocView(SpectacularRedocView):
+    """Redoc from drf-spectacular-sidecar's static files (template: no web fonts, no inline script)."""
 
 
 class ServiceModelViewSet(viewsets.ModelViewSet):

@@ -1,22 +1,46 @@
 """Demo data: public datasheet and config.json figures, two tenants and one user per role.
 
+Policy (docs/decisions/0011): ``seed_demo`` creates only what is missing and never changes what
+exists. It remembers every object it created (``governor.models.DemoSeedRecord``), so an object an
+admin edited keeps the edit and one they deleted is not recreated at the next start.
+``seed_demo(reset=True)`` (``manage.py seed_demo --reset``) restores the demo on purpose. Every
+write goes through the owning app's services with the actor ``system:seed``.
+
 Sources: NVIDIA H100/H200/A100/L40S datasheets (dense, no sparsity); each model's config.json on
 its publisher's model card. Rental prices are typical on-demand cloud list prices in 2025-26.
 """
 
 from __future__ import annotations
 
-import importlib
+import logging
 from decimal import Decimal as D
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
 
-from billing.models import Membership, Tenant
-from catalog.constants import Lifecycle
-from catalog.models import GpuType, Model, ModelVersion
+from billing.selectors.tenancy import membership_role, tenant_by_slug
+from billing.services.tenancy import membership_set, tenant_create, tenant_update
+from catalog.constants import LIFECYCLE_TRANSITIONS, Lifecycle
+from catalog.selectors import gpu_type_list, model_list, model_version_list
+from catalog.services import (
+    gpu_type_create,
+    gpu_type_update,
+    model_create,
+    model_update,
+    model_version_create,
+    model_version_transition,
+)
+from deployments import demo as deployments_demo
+from evaluations import demo as evaluations_demo
 from governor.access import AUDITOR_GROUP
+from governor.models import DemoSeedRecord
+
+log = logging.getLogger(__name__)
+
+SEED_ACTOR = "system:seed"
+ROOT = Path(__file__).resolve().parent.parent
 
 GPU_TYPES = [
     dict(
@@ -190,64 +214,162 @@ USERS = [
     ("carol", "governor-carol", "tenant member", "globex"),
 ]
 
-# Apps built by later issues add their demo data through a ``seed_demo()`` in these modules.
-EXTENSIONS = ["deployments.demo", "billing.demo_gateway", "evaluations.demo"]
+
+class Seed:
+    """What the seed created before, and the decision for each demo object.
+
+    ``wants(key)``: create the object? Only when the seed never created it (or on reset).
+    ``created(key)``: remember that the seed made it (or found it made already).
+    ``reset``: restore demo values of objects that exist, recreate deleted ones.
+    """
+
+    actor = SEED_ACTOR
+
+    def __init__(self, *, reset: bool) -> None:
+        self.reset = reset
+        self.known = set(DemoSeedRecord.objects.values_list("key", flat=True))
+        self.notes: list[str] = []
+
+    def wants(self, key: str) -> bool:
+        return self.reset or key not in self.known
+
+    def created(self, key: str) -> None:
+        if key not in self.known:
+            DemoSeedRecord.objects.get_or_create(key=key)
+            self.known.add(key)
+
+    def note(self, message: str) -> None:
+        log.info("seed_demo: %s", message)
+        self.notes.append(message)
 
 
-@transaction.atomic
-def seed_demo() -> list[tuple[str, str, str]]:
-    """Create or refresh the demo data; returns the demo logins (username, password, role)."""
+def _changed(obj, fields: dict) -> dict:
+    return {k: v for k, v in fields.items() if getattr(obj, k) != v}
+
+
+def _seed_gpus(seed: Seed) -> None:
     for fields in GPU_TYPES:
-        GpuType.objects.update_or_create(name=fields["name"], defaults=fields)
-    models = {}
+        key = f"gpu_type:{fields['name']}"
+        if not seed.wants(key):
+            continue
+        existing = gpu_type_list().filter(name=fields["name"]).first()
+        if existing is None:
+            gpu_type_create(actor=seed.actor, **fields)
+        elif seed.reset and (diff := _changed(existing, fields)):
+            gpu_type_update(gpu_type=existing, actor=seed.actor, **diff)
+        seed.created(key)
+
+
+def _seed_models(seed: Seed) -> dict:
     for fields in MODELS:
-        models[fields["name"]], _ = Model.objects.update_or_create(name=fields["name"], defaults=fields)
+        key = f"model:{fields['name']}"
+        if not seed.wants(key):
+            continue
+        existing = model_list().filter(name=fields["name"]).first()
+        if existing is None:
+            model_create(actor=seed.actor, **fields)
+        elif seed.reset and (diff := _changed(existing, fields)):
+            model_update(model=existing, actor=seed.actor, **diff)
+        seed.created(key)
+    return {m.name: m for m in model_list().filter(name__in=[f["name"] for f in MODELS])}
+
+
+def _seed_users(seed: Seed) -> dict:
+    """Users are Django's, not a governed app's: created when missing, passwords set on creation
+    (and on reset)."""
     User = get_user_model()
     users = {}
     auditors, _ = Group.objects.get_or_create(name=AUDITOR_GROUP)
     for username, password, role, _tenant in USERS:
-        user, created = User.objects.get_or_create(
-            username=username, defaults={"email": f"{username}@example.com"}
-        )
-        if created:
+        key = f"user:{username}"
+        user = User.objects.filter(username=username).first()
+        if seed.wants(key) and (user is None or seed.reset):
+            if user is None:
+                user = User(username=username, email=f"{username}@example.com")
             user.set_password(password)
-        user.is_superuser = user.is_staff = role == "platform admin"
-        user.save()
-        if role == "auditor":
-            user.groups.add(auditors)
-        users[username] = user
-    baselines: dict[str, ModelVersion] = {}
+            user.is_active = True
+            user.is_superuser = user.is_staff = role == "platform admin"
+            user.save()
+            if role == "auditor":
+                user.groups.add(auditors)
+        if seed.wants(key):
+            seed.created(key)
+        if user is not None:
+            users[username] = user
+    return users
+
+
+def _seed_versions(seed: Seed, models: dict) -> None:
+    baselines: dict = {}
     for model_name, label, precision, kv, uri, lifecycle in VERSIONS:
-        version, _ = ModelVersion.objects.update_or_create(
-            model=models[model_name],
-            label=label,
-            defaults=dict(
+        key = f"model_version:{model_name}:{label}"
+        model = models.get(model_name)
+        existing = model_version_list().filter(model__name=model_name, label=label).first()
+        if existing is not None:
+            baselines.setdefault(model_name, existing)
+        if model is None or not seed.wants(key):
+            continue
+        if existing is None:
+            version = model_version_create(
+                actor=seed.actor,
+                model=model,
+                label=label,
                 weights_uri=uri,
                 precision=precision,
                 kv_cache_dtype=kv,
                 framework="vllm",
                 lifecycle=lifecycle,
                 baseline=baselines.get(model_name),
-                created_by=users["admin"],
-            ),
-        )
-        baselines.setdefault(model_name, version)
+            )
+            baselines.setdefault(model_name, version)
+        elif seed.reset and existing.lifecycle != lifecycle:
+            if lifecycle in LIFECYCLE_TRANSITIONS.get(existing.lifecycle, set()):
+                model_version_transition(version=existing, to=lifecycle, actor=seed.actor)
+            else:
+                seed.note(
+                    f"{model_name} {label} stays {existing.lifecycle}: the lifecycle does not lead back to {lifecycle}"
+                )
+        seed.created(key)
+
+
+def _seed_tenants(seed: Seed, users: dict) -> dict:
     tenants = {}
     for name, slug in TENANTS:
-        tenants[slug], _ = Tenant.objects.update_or_create(slug=slug, defaults={"name": name})
-    for username, _password, role, tenant_slug in USERS:
-        if tenant_slug:
-            Membership.objects.update_or_create(
-                user=users[username],
-                tenant=tenants[tenant_slug],
-                defaults={"role": "admin" if role == "tenant admin" else "member"},
-            )
-    for module_name in EXTENSIONS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                continue
-            raise
-        module.seed_demo(users=users, tenants=tenants)
+        key = f"tenant:{slug}"
+        tenant = tenant_by_slug(slug=slug)
+        if seed.wants(key):
+            if tenant is None:
+                tenant = tenant_create(name=name, slug=slug, actor=seed.actor)
+            elif seed.reset:
+                tenant = tenant_update(tenant=tenant, name=name, is_active=True, actor=seed.actor)
+            seed.created(key)
+        if tenant is not None:
+            tenants[slug] = tenant
+    for username, _password, role, slug in USERS:
+        if not slug:
+            continue
+        key = f"membership:{slug}:{username}"
+        user, tenant = users.get(username), tenants.get(slug)
+        if user is None or tenant is None or not seed.wants(key):
+            continue
+        wanted = "admin" if role == "tenant admin" else "member"
+        current = membership_role(user=user, tenant_id=tenant.pk)
+        if current is None or (seed.reset and current != wanted):
+            membership_set(user=user, tenant=tenant, role=wanted, actor=seed.actor)
+        seed.created(key)
+    return tenants
+
+
+@transaction.atomic
+def seed_demo(*, reset: bool = False) -> list[tuple[str, str, str]]:
+    """Create what of the demo is missing (or, with ``reset``, restore it); returns the demo logins."""
+    seed = Seed(reset=reset)
+    _seed_gpus(seed)
+    models = _seed_models(seed)
+    users = _seed_users(seed)
+    _seed_versions(seed, models)
+    tenants = _seed_tenants(seed, users)
+    # The apps' own demo data: deployments and routes, then eval suites, profiles and gate policies.
+    deployments_demo.seed_demo(users=users, tenants=tenants, seed=seed)
+    evaluations_demo.seed_demo(users=users, tenants=tenants, seed=seed)
     return [(u, p, r + (f" ({t})" if t else "")) for u, p, r, t in USERS]

@@ -169,6 +169,8 @@ def run(argv: list[str]) -> int:
     services = Services(database=os.environ.get("GOVERNOR_DB_NAME", "governor"))
     services.start()
     env = _base_env(services, debug=True)
+    # One start time for every process: statuses observed before it are shown as unknown.
+    env["GOVERNOR_STARTED_AT"] = f"{time.time():.3f}"
     _log("setup", "applying migrations")
     _manage(env, "migrate", "--no-input")
     if "--no-demo" not in argv:

@@ -7,7 +7,10 @@ missing from the environment are taken from ``var/governor.env``, which the laun
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+
+from csp.constants import NONE, SELF
 
 from governor.env import (
     ConfigError,
@@ -47,6 +50,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "csp",
     "django_htmx",
     "pgtrigger",
     "governor",
@@ -59,6 +64,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "governor.middleware.RejectNulBytesMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -118,8 +125,10 @@ WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
+        # Basic first: DRF takes the first class's WWW-Authenticate challenge, so an anonymous
+        # call gets 401 + `WWW-Authenticate: Basic realm="api"` instead of a bare 403.
         "rest_framework.authentication.BasicAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["governor.access.IsPlatformUser"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
@@ -137,6 +146,11 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["governor.access.IsPlatformUser"],
+    # The docs pages load Swagger UI and Redoc from this installation's static files, never a CDN,
+    # so they work offline and under the CSP below.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Several apps have a "status" or "kind" field with different choices; name each enum apart.
     "ENUM_NAME_OVERRIDES": {
         "DeploymentStatusEnum": "deployments.constants.Status",
@@ -186,6 +200,24 @@ AUDIT_READER_CHECK = "governor.access.reads_everything"
 # Redis key of the published chain head; empty = one key per database name (tests get their own).
 AUDIT_HEAD_KEY = env_str("AUDIT_HEAD_KEY", "")
 
+# Content-Security-Policy: no inline script anywhere (docs/decisions/0011). Behaviour lives in
+# static files; data for scripts travels in <script type="application/json"> blocks, which are
+# not executed. Styles come from static files too (templates use classes, not style="").
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+
 # Celery: broker and result backend are both Redis.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", REDIS_URL)
@@ -204,6 +236,10 @@ RAY_DASHBOARD_URL = env_str("RAY_DASHBOARD_URL", "http://127.0.0.1:8265")
 RAY_SERVE_URL = env_str("RAY_SERVE_URL", "http://127.0.0.1:8100")
 RAY_AUTH_TOKEN = env_str("RAY_AUTH_TOKEN", "")
 RAY_RECONCILE_INTERVAL_S = env_float("RAY_RECONCILE_INTERVAL_S", 10.0)
+# When this platform started (Unix time): the launcher passes one value to every process it starts;
+# a process started on its own uses its own start. Deployment statuses Ray reported before this are
+# shown as "unknown" until the reconciler hears from Ray again (Deployment.display_status).
+PLATFORM_STARTED_AT = env_float("GOVERNOR_STARTED_AT", time.time())
 
 # Gateway (data plane): the console links to it and shows tenants their base URL.
 GATEWAY_PUBLIC_URL = env_str("GATEWAY_PUBLIC_URL", "http://127.0.0.1:8080")

@@ -39,6 +39,7 @@ from billing.services import tenancy
 from billing.services.budgets import budget_delete, budget_set
 from billing.services.keys import api_key_create, api_key_revoke, tenant_limits_set
 from billing.services.prices import price_set
+from billing.services.tenancy import membership_remove, membership_set, tenant_create, tenant_update
 from governor.access import (
     IsPlatformUser,
     PlatformAdminOrReadOnly,
@@ -68,6 +69,25 @@ class TenantViewSet(ServiceModelViewSet):
             return qs
         return qs.filter(pk__in=tenant_ids(self.request.user))
 
+    # Writes go through the tenancy services, so they are validated and audited like the pages'.
+    def perform_create(self, serializer):
+        d = serializer.validated_data
+        serializer.instance = tenant_create(name=d["name"], slug=d.get("slug"), actor=self.request.user)
+
+    def perform_update(self, serializer):
+        d = serializer.validated_data
+        serializer.instance = tenant_update(
+            tenant=serializer.instance,
+            actor=self.request.user,
+            name=d.get("name"),
+            slug=d.get("slug"),
+            is_active=d.get("is_active"),
+        )
+
+    def perform_destroy(self, instance):
+        # Tenants own usage and billing history: "delete" deactivates.
+        tenant_update(tenant=instance, actor=self.request.user, is_active=False)
+
 
 class MembershipViewSet(ServiceModelViewSet):
     save_service = tenancy.membership_save
@@ -81,6 +101,24 @@ class MembershipViewSet(ServiceModelViewSet):
         if reads_everything(self.request.user):
             return qs
         return qs.filter(tenant_id__in=tenant_ids(self.request.user))
+
+    def perform_create(self, serializer):
+        d = serializer.validated_data
+        serializer.instance = membership_set(
+            user=d["user"], tenant=d["tenant"], role=d.get("role", "member"), actor=self.request.user
+        )
+
+    def perform_update(self, serializer):
+        d = serializer.validated_data
+        m = serializer.instance
+        if d.get("user", m.user) != m.user or d.get("tenant", m.tenant) != m.tenant:
+            raise DrfValidationError({"user": ["Remove the membership and add a new one instead."]})
+        serializer.instance = membership_set(
+            user=m.user, tenant=m.tenant, role=d.get("role", m.role), actor=self.request.user
+        )
+
+    def perform_destroy(self, instance):
+        membership_remove(membership=instance, actor=self.request.user)
 
 
 class ApiKeyListCreate(generics.ListCreateAPIView):

@@ -38,3 +38,7 @@ def tenants_managed_by(*, user, is_platform_admin: bool) -> QuerySet[Tenant]:
 def tenants_readable_by(*, user, reads_everything: bool, tenant_ids: set[int]) -> QuerySet[Tenant]:
     qs = Tenant.objects.order_by("name")
     return qs if reads_everything else qs.filter(pk__in=tenant_ids)
+
+
+def tenant_by_slug(*, slug: str) -> Tenant | None:
+    return Tenant.objects.filter(slug=slug).first()

@@ -6,8 +6,16 @@ from rest_framework import serializers
 
 from catalog.selectors import gpu_type_list, model_version_list
 from deployments.selectors import deployment_list
-from evaluations.constants import DEFAULT_SLA, DEFAULT_WORKLOAD, Api, RunKind, RunMode, TargetKind
+from evaluations.constants import DEFAULT_SLA, DEFAULT_WORKLOAD, Api, RunKind, RunMode, RunStatus, TargetKind
 from evaluations.models import BenchmarkRun
+
+
+class BenchmarkRunFilterSerializer(serializers.Serializer):
+    """Query parameters of the run list: an unknown value is a 400 naming the parameter."""
+
+    status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
+    kind = serializers.ChoiceField(choices=RunKind.choices, required=False)
+    mode = serializers.ChoiceField(choices=RunMode.choices, required=False)
 
 
 class BenchmarkRunCreateSerializer(serializers.Serializer):

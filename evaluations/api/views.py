@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -13,6 +13,7 @@ from evaluations import selectors
 from evaluations.api.serializers import (
     BenchmarkRunCreateSerializer,
     BenchmarkRunDetailSerializer,
+    BenchmarkRunFilterSerializer,
     BenchmarkRunListSerializer,
     BenchmarkRunStatusSerializer,
 )
@@ -35,16 +36,12 @@ class RunListCreateView(generics.ListAPIView):
     serializer_class = BenchmarkRunListSerializer
 
     def get_queryset(self):
-        p = self.request.query_params
+        filters = BenchmarkRunFilterSerializer(data=self.request.query_params)
+        filters.is_valid(raise_exception=True)
+        p = filters.validated_data
         return selectors.benchmark_run_list(status=p.get("status"), kind=p.get("kind"), mode=p.get("mode"))
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("status", str, description="queued, running, succeeded, failed, cancelled"),
-            OpenApiParameter("kind", str, description="measured or predicted"),
-            OpenApiParameter("mode", str, description="single, ladder or sweep"),
-        ]
-    )
+    @extend_schema(parameters=[BenchmarkRunFilterSerializer])
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 

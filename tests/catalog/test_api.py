@@ -18,14 +18,14 @@ def version(db):
     "path", ["/api/catalog/versions/", "/api/catalog/models/", "/api/catalog/gpu-types/"]
 )
 @pytest.mark.parametrize(
-    "role,expected", [("admin", 200), ("auditor", 200), ("member", 200), ("outsider", 200), ("anon", 403)]
+    "role,expected", [("admin", 200), ("auditor", 200), ("member", 200), ("outsider", 200), ("anon", 401)]
 )
 def test_read_endpoints_by_role(role_clients, version, path, role, expected):
     assert role_clients[role].get(path).status_code == expected
 
 
 @pytest.mark.parametrize(
-    "role,expected", [("admin", 201), ("auditor", 403), ("member", 403), ("outsider", 403), ("anon", 403)]
+    "role,expected", [("admin", 201), ("auditor", 403), ("member", 403), ("outsider", 403), ("anon", 401)]
 )
 def test_only_admins_create_models(role_clients, db, role, expected):
     response = role_clients[role].post("/api/catalog/models/", VALID_MODEL, content_type="application/json")

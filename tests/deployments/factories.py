@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import factory
+from django.utils import timezone
 
 from catalog.models import ModelVersion
 from deployments.models import Deployment, ModelRoute, RouteTarget
@@ -27,6 +28,9 @@ class DeploymentFactory(factory.django.DjangoModelFactory):
     max_model_len = 8192
     max_num_seqs = 32
     max_num_batched_tokens = 8192
+    # As if the reconciler had just seen it: a status observed before the platform started would
+    # read "unknown" (Deployment.display_status).
+    observed_at = factory.LazyFunction(timezone.now)
 
 
 class ModelRouteFactory(factory.django.DjangoModelFactory):

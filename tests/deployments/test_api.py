@@ -18,7 +18,7 @@ from tests.factories import GpuTypeFactory
 
 pytestmark = pytest.mark.django_db
 API = "/api/deployments"
-ROLES_READ = [("admin", 200), ("auditor", 200), ("member", 403), ("outsider", 403), ("anon", 403)]
+ROLES_READ = [("admin", 200), ("auditor", 200), ("member", 403), ("outsider", 403), ("anon", 401)]
 NON_ADMINS = ["auditor", "member", "outsider", "anon"]
 
 
@@ -85,7 +85,8 @@ def test_non_admins_cannot_write_anything(role_clients, target, role):
     ]
     for method, url, body in writes:
         kwargs = {"data": json.dumps(body), "content_type": "application/json"} if body is not None else {}
-        assert getattr(c, method)(url, **kwargs).status_code == 403, (method, url)
+        expected = 401 if role == "anon" else 403  # anonymous API calls are challenged
+        assert getattr(c, method)(url, **kwargs).status_code == expected, (method, url)
     d.refresh_from_db()
     assert (d.num_replicas, d.desired_state, d.deleted_at) == (1, "running", None)
     assert RouteTarget.objects.get(pk=target.pk).weight == 100

@@ -114,7 +114,14 @@ def test_a_reconcile_waits_for_the_lock_held_elsewhere(ray_env, void_queue):
     thread = threading.Thread(target=run)
     thread.start()
     try:
-        time.sleep(1.5)
+        # The run's row exists before it asks for the lock; once it is there, give it a moment in
+        # which it must not get in (a negative can only be watched for a while).
+        wait_for(
+            lambda: ReconcileRun.objects.filter(trigger="blocked").exists(),
+            timeout=60,
+            what="the blocked run",
+        )
+        time.sleep(1.0)
         blocked = ReconcileRun.objects.get(trigger="blocked")
         assert blocked.locked_at is None, "entered the critical section while another session held the lock"
     finally:

@@ -12,6 +12,7 @@ from deployments import services
 from deployments.reconciler import deployments_reconcile
 from tests.deployments.conftest import wait_for
 from tests.factories import ModelFactory, ModelVersionFactory
+from tests.support.ci import skip_unless_ci
 
 pytestmark = [pytest.mark.vllm, pytest.mark.ray, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,12 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def tiny_model_path() -> Path:
     if importlib.util.find_spec("engines.vllm_serve_app") is None:
-        pytest.skip("engines.vllm_serve_app (the vLLM-CPU Serve wrapper) is not in this checkout yet")
+        skip_unless_ci("engines.vllm_serve_app (the vLLM-CPU Serve wrapper) is not in this checkout yet")
     from engines.vllm_cpu import vllm_unavailable_reason
 
     reason = vllm_unavailable_reason()
     if reason:
-        pytest.skip(reason)
+        skip_unless_ci(reason)
     from engines.tiny_model import ensure_tiny_model
 
     return ensure_tiny_model(ROOT / "var" / "models" / "tiny-llama").resolve()

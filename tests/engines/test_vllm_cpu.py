@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engines.tiny_model import HEAD_DIM, MARKER, ensure_tiny_model
 from engines.vllm_cpu import vllm_cpu_server, vllm_unavailable_reason
+from tests.support.ci import skip_unless_ci
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_NAME = "tiny-llama"
@@ -27,7 +28,7 @@ def require_vllm() -> None:
     if reason is None:
         return
     if "not installed" in reason:
-        pytest.skip(reason)
+        skip_unless_ci(reason)
     pytest.fail(reason)
 
 

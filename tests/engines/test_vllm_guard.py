@@ -42,7 +42,9 @@ def test_sigterm_to_the_guard_takes_the_whole_group_down():
     guard = subprocess.Popen(
         [sys.executable, str(GUARD), sys.executable, "-c", FORKS_A_HELPER], start_new_session=True
     )
-    time.sleep(1.5)
+    deadline = time.monotonic() + 30  # wait for the helper to be forked, not a fixed time
+    while len(_group_members(guard.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert len(_group_members(guard.pid)) >= 3  # guard, command, helper
     guard.send_signal(signal.SIGTERM)
     guard.wait(20)

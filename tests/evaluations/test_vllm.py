@@ -10,6 +10,7 @@ from engines.workload import Workload, constant, uniform
 from evaluations.reports import build_results
 from loadtest import Sla, StageConfig, Target, run_stage
 from loadtest.runner import StageResult
+from tests.support.ci import skip_unless_ci
 from tests.support.servers import ROOT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -22,7 +23,7 @@ def tiny_vllm():
     from engines.vllm_cpu import vllm_cpu_server, vllm_unavailable_reason
 
     if reason := vllm_unavailable_reason():
-        pytest.skip(reason)
+        skip_unless_ci(reason)
     model = ensure_tiny_model(ROOT / "var/models/tiny-llama")
     with vllm_cpu_server(
         model_path=model, served_model_name="tiny", max_num_seqs=8, max_model_len=512
