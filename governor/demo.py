@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from decimal import Decimal as D
-from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -40,7 +39,6 @@ from governor.models import DemoSeedRecord
 log = logging.getLogger(__name__)
 
 SEED_ACTOR = "system:seed"
-ROOT = Path(__file__).resolve().parent.parent
 
 GPU_TYPES = [
     dict(
