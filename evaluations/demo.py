@@ -80,13 +80,13 @@ DEMO_STABILITY = dict(DEFAULT_STABILITY)
 
 def seed_demo(*, users: dict, tenants: dict, seed) -> None:
     """Create the eval demo the seed has not created before (``seed``: ``governor.demo.Seed``)."""
-    admin = users.get("admin")
-    eval_builtin_suites_register(actor=admin or "system:seed")
+    actor = seed.actor  # the demo's rows are the seed's, not the demo admin's
+    eval_builtin_suites_register(actor=actor)
     for spec in EXTRA_VERSIONS:
         model = model_get(name=spec["model"])
         if not model_version_exists(model_name=spec["model"], label=spec["label"]):
             model_version_create(
-                actor=admin,
+                actor=actor,
                 model=model,
                 label=spec["label"],
                 precision=spec["precision"],
@@ -97,7 +97,7 @@ def seed_demo(*, users: dict, tenants: dict, seed) -> None:
     for (model_name, label), profile in PROFILES.items():
         version = model_version_queryset().filter(model__name=model_name, label=label).first()
         if version is not None and not version.quality_profile:
-            model_version_set_quality_profile(version=version, profile=profile, actor=admin or "system:seed")
+            model_version_set_quality_profile(version=version, profile=profile, actor=actor)
     for spec in CANDIDATE_DEPLOYMENTS:
         key = f"deployment:{spec['slug']}"
         # Created once: a candidate deployment an admin deleted stays deleted (``--reset`` restores it).
@@ -108,7 +108,7 @@ def seed_demo(*, users: dict, tenants: dict, seed) -> None:
         if version.lifecycle in ("rejected", "retired"):
             continue
         deployment_create(
-            actor=admin,
+            actor=actor,
             name=spec["name"],
             slug=spec["slug"],
             model_version=version,
@@ -132,6 +132,6 @@ def seed_demo(*, users: dict, tenants: dict, seed) -> None:
             quality=DEMO_QUALITY,
             performance=DEMO_PERFORMANCE,
             stability=DEMO_STABILITY,
-            actor=admin or "system:seed",
+            actor=actor,
             reason="demo policy",
         )

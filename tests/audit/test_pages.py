@@ -224,3 +224,11 @@ def test_browsable_api_form_check_is_not_a_refused_write(auditor_client):
     response = auditor_client.get("/api/catalog/gpu-types/", HTTP_ACCEPT="text/html")
     assert response.status_code == 200
     assert _refusals() == []
+
+
+def test_api_time_filters_with_any_valid_utc_offset_answer_not_500(admin_client):
+    """Python allows offsets up to ±23:59, PostgreSQL only ±15:59: values reach it in UTC."""
+    response = admin_client.get("/api/audit/events/", {"since": "0029-09-21T18:51:30+21:17"})
+    assert response.status_code == 200
+    response = admin_client.get("/api/audit/events/", {"until": "0001-01-01T00:00:00+23:59"})
+    assert response.status_code == 200 and response.json()["count"] == 0

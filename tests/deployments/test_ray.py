@@ -164,12 +164,13 @@ def test_demo_deployments_come_up_running(ray_env, void_queue):
     seed_demo()
     deployments_reconcile(trigger="test")
     demo = list(Deployment.objects.live())
-    assert len(demo) == 2
+    # Two routed deployments, and the two candidate deployments of the eval-gates demo.
+    assert len(demo) == 4 and sum(1 for d in demo if d.route_targets.exists()) == 2
     wait_for(
         lambda: deployments_reconcile(trigger="test") and all(_status(d) == "RUNNING" for d in demo),
-        timeout=240,
+        timeout=300,
         interval=1,
-        what="both demo deployments RUNNING",
+        what="every demo deployment RUNNING",
     )
 
 

@@ -41,7 +41,7 @@ def test_admin_starts_a_run_watches_it_finish_and_reads_the_report(
     assert "browser ladder" in page.inner_text("h1")
     assert page.locator(".badge-measured").first.is_visible()
     assert page.locator("#stages-table tbody tr").count() == 2
-    page.wait_for_function("document.body.dataset.chartsReady === '1'")
+    page.wait_for_selector("body[data-charts-ready='1']", state="attached")
     for chart in ("chart-latency", "chart-goodput", "chart-dist", "chart-kv"):
         assert page.locator(f"#{chart}").bounding_box()["height"] > 50
     csv_resp = page.request.get(page.url + "export.csv")

@@ -114,14 +114,16 @@ def test_canary_with_injected_latency_aborts_by_itself_and_shows_why(
                 pair,
                 steps=[
                     {"kind": "set_weight", "weight": 50},
-                    {"kind": "analysis", "window_s": 6},
+                    # Long enough for a slowed canary to answer a few requests on a busy machine
+                    # (too few samples would be inconclusive and pause the rollout instead).
+                    {"kind": "analysis", "window_s": 20},
                     {"kind": "set_weight", "weight": 100},
                 ],
                 checks=[{"metric": "ttft_p95_ms", "limit": 1.5, "relative": True, "min_samples": 3}],
             )
             expect(page.locator(".faults-badge")).to_be_visible()
             expect(page.locator("#rollout-live [data-phase]")).to_have_attribute(
-                "data-phase", "degraded", timeout=60_000
+                "data-phase", "degraded", timeout=120_000
             )
             expect(page.locator(".rollout-outcome")).to_have_text("Aborted")
             expect(page.locator("#canary-weight")).to_have_text("0")
