@@ -133,6 +133,9 @@ def test_admin_starts_an_eval_run_that_the_worker_scores_by_category(gated, admi
     assert "json_extraction" in html and "table-danger" in html
 
 
+# Known to fail now and then inside the full suite but not alone (order-dependent; open in
+# issue 10): one rerun, for this test only.
+@pytest.mark.flaky(reruns=1)
 @pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
@@ -153,7 +156,7 @@ def test_admin_runs_gates_promotes_fp8_and_overrides_a_blocked_version(gated, pa
     assert page.locator("#gate-checklist a[href*='/benchmarks/']").count() >= 2
     assert page.locator("#gate-checklist .badge-simulated").count() == 1
     assert page.locator("#gate-checklist .badge-predicted").count() == 2
-    page.wait_for_selector("#chart-quality[data-drawn='1']", state="attached")
+    page.wait_for_selector("#chart-quality[data-drawn='1']", state="attached", timeout=90_000)
     page.click("button[data-move=approved]")
     page.wait_for_selector("h1 [data-lifecycle=approved]")
     assert AuditEvent.objects.filter(action="model_version.transition", object_id=str(fp8.pk)).exists()
