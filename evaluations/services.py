@@ -180,30 +180,6 @@ def _check_volume(*, wl: Workload, stage: StageConfig, mode: str, ladder: list[f
         )
 
 
-def _validate_context(wl: Workload, *, deployment, model_version) -> None:
-    """Refuse lengths the served context cannot hold, before anything is queued."""
-    if deployment is not None and getattr(deployment, "max_model_len", None):
-        limit, what = (
-            int(deployment.max_model_len),
-            f"the deployment's max_model_len ({deployment.max_model_len})",
-        )
-    elif model_version is not None:
-        limit, what = (
-            int(model_version.model.max_context),
-            f"the model's context ({model_version.model.max_context})",
-        )
-    else:
-        return
-    top_in, top_out = wl.max_lengths()
-    if top_in is not None and top_out is not None and top_in + top_out > limit:
-        raise ValidationError(
-            {
-                "workload": f"Requested lengths up to {top_in} input + {top_out} output tokens exceed "
-                f"{what} tokens: lower them or cap the distribution's max."
-            }
-        )
-
-
 def _validate_sla(sla: dict) -> Sla:
     try:
         parsed = Sla.from_dict(sla)
@@ -407,7 +383,6 @@ def benchmark_run_create(
     )
     if tokenizer_dir:
         snapshot["tokenizer_dir"] = tokenizer_dir
-    _validate_context(wl, deployment=deployment, model_version=model_version)
     if kind == RunKind.PREDICTED and deployment is not None and deployment.gpu_type_id is None:
         raise ValidationError({"deployment": "A predicted run needs a deployment with a GPU type."})
     run = BenchmarkRun.objects.create(
