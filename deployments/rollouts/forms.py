@@ -40,7 +40,8 @@ class RolloutCreateForm(forms.Form):
     steps = JsonListField(
         required=False,
         help_text='Optional: your own steps instead of the template\'s, e.g. [{"kind": "set_weight", "weight": 10}, '
-        '{"kind": "analysis", "window_s": 60}, {"kind": "pause"}, {"kind": "set_weight", "weight": 100}].',
+        '{"kind": "analysis", "window_s": 60}, {"kind": "pause"}, {"kind": "set_weight", "weight": 100}]. '
+        "An analysis with too few samples grows by window_s up to max_window_s (default 3 × window_s).",
     )
     checks = JsonListField(
         required=False,

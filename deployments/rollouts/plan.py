@@ -2,7 +2,9 @@
 
 Vocabulary from Argo Rollouts: ``set_weight`` (percent of the route's traffic to the canary),
 ``pause`` (for ``seconds``, or until an admin resumes it when ``seconds`` is absent) and
-``analysis`` (measure both sides over ``window_s`` seconds, canary against stable at the same time).
+``analysis`` (measure both sides over ``window_s`` seconds, canary against stable at the same time;
+when a check has too few samples the window grows by ``window_s`` up to ``max_window_s``, like
+Argo's repeated measurements, before the rollout pauses for an admin).
 Plain data (lists of dicts) so the plan is stored as JSON on the rollout and shown as it was run.
 """
 
@@ -36,6 +38,9 @@ METRICS: dict[str, Metric] = {
 }
 
 MIN_WINDOW_S, MAX_WINDOW_S = 5, 86_400
+# An analysis with too few samples measures again over a longer window, by default up to this
+# many times its own window, before it gives up and pauses the rollout.
+DEFAULT_WINDOW_GROWTH = 3
 MAX_PAUSE_S = 7 * 86_400
 MAX_STEPS = 50
 
@@ -150,8 +155,14 @@ def validate_steps(steps: object) -> list[dict]:
             s = _int(
                 step.get("window_s"), f"{where}: analysis window seconds", MIN_WINDOW_S, MAX_WINDOW_S, errors
             )
-            if s is not None:
-                out.append({"kind": kind, "window_s": s})
+            if s is None:
+                continue
+            most = step.get("max_window_s")
+            if most in (None, ""):
+                most = min(s * DEFAULT_WINDOW_GROWTH, MAX_WINDOW_S)
+            m = _int(most, f"{where}: longest analysis window seconds", s, MAX_WINDOW_S, errors)
+            if m is not None:
+                out.append({"kind": kind, "window_s": s, "max_window_s": m})
     if not errors and weight != 100:
         errors.append(f"The steps end at {weight} % canary traffic; the last weight must be 100 %.")
     if errors:
@@ -227,6 +238,9 @@ def describe_step(step: dict) -> str:
         return f"set canary weight {step['weight']} %"
     if step["kind"] == PAUSE:
         return f"pause {step['seconds']} s" if step.get("seconds") else "pause until an admin resumes"
+    most = step.get("max_window_s", step["window_s"])
+    if most > step["window_s"]:
+        return f"analysis over {step['window_s']} s (up to {most} s while samples are too few)"
     return f"analysis over {step['window_s']} s"
 
 

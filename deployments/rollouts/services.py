@@ -337,7 +337,31 @@ def _analysis_step(rollout: Rollout, step: dict, now: dt.datetime) -> str:
         reason = "analysis failed: " + "; ".join(_describe_result(r) for r in failing)
         _abort(rollout, actor=CONTROLLER, reason=reason, evidence=evidence)
         return "aborted"
-    # Inconclusive (too little traffic) or an error reading the data: a human decides.
+    longest = run.window_start + dt.timedelta(seconds=step.get("max_window_s", step["window_s"]))
+    if run.verdict == AnalysisVerdict.INCONCLUSIVE and run.window_end < longest:
+        # Too few samples (little traffic, or events still shipping): measure again over a longer
+        # window from the same start, so everything already seen counts again.
+        longer = AnalysisRun.objects.create(
+            rollout=rollout,
+            step_index=rollout.step_index,
+            window_start=run.window_start,
+            window_end=min(run.window_end + dt.timedelta(seconds=step["window_s"]), longest),
+        )
+        why = "; ".join(r["why"] for r in run.results if r.get("why"))
+        rollout.message = (
+            f"Step {rollout.step_index + 1}: {why}; measuring again until "
+            f"{int((longer.window_end - longer.window_start).total_seconds())} s of traffic."
+        )
+        _save(rollout, "message")
+        audit_record(
+            actor=CONTROLLER,
+            action="rollout.analysis_extended",
+            target=rollout,
+            reason=rollout.message,
+            evidence={**evidence, "next_analysis_run": longer.pk},
+        )
+        return "analysing"
+    # Still inconclusive at the longest window, or an error reading the data: a human decides.
     rollout.phase = RolloutPhase.PAUSED
     why = "; ".join(r["why"] for r in run.results if r.get("why")) or run.error
     rollout.message = (

@@ -93,4 +93,6 @@ FAST_STEPS = [
     {"kind": "analysis", "window_s": 30},
     {"kind": "set_weight", "weight": 100},
 ]
+# FAST_STEPS as a rollout stores it: the analysis's longest window filled in (3 × its window).
+FAST_STEPS_STORED = [FAST_STEPS[0], {**FAST_STEPS[1], "max_window_s": 90}, FAST_STEPS[2]]
 TTFT_CHECK = [{"metric": "ttft_p95_ms", "limit": 1.5, "relative": True, "min_samples": 5}]

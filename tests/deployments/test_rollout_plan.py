@@ -45,6 +45,14 @@ def test_standard_template_is_5_25_50_100_with_five_minute_analyses():
         ),
         ([{"kind": "set_weight", "weight": 10}, {"kind": "analysis", "window_s": 1}], "between 5 and"),
         ([{"kind": "jump"}], "kind must be one of"),
+        (
+            [{"kind": "set_weight", "weight": 10}, {"kind": "analysis", "window_s": 30, "max_window_s": 20}],
+            "longest analysis window seconds must be between 30 and",
+        ),
+        (
+            [{"kind": "set_weight", "weight": 10}, {"kind": "analysis", "window_s": 30, "max_window_s": "x"}],
+            "longest analysis window seconds must be a whole number",
+        ),
         ([{"kind": "set_weight", "weight": 12.5}, {"kind": "set_weight", "weight": 100}], "whole number"),
         ([{"kind": "set_weight", "weight": 10}, {"kind": "pause", "seconds": -3}], "between 1 and"),
     ],
@@ -53,6 +61,19 @@ def test_bad_steps_are_refused_with_a_reason(steps, message):
     with pytest.raises(PlanError) as exc:
         validate_steps(steps)
     assert message in str(exc.value)
+
+
+def test_an_analysis_may_grow_to_three_times_its_window_unless_told_otherwise():
+    steps = validate_steps(
+        [
+            {"kind": "set_weight", "weight": 10},
+            {"kind": "analysis", "window_s": 30},
+            {"kind": "analysis", "window_s": 40_000},
+            {"kind": "analysis", "window_s": 30, "max_window_s": 45},
+            {"kind": "set_weight", "weight": 100},
+        ]
+    )
+    assert [s["max_window_s"] for s in steps[1:4]] == [90, 86_400, 45]  # capped at the longest window
 
 
 def test_pause_without_seconds_waits_for_an_admin():

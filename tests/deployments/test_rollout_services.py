@@ -16,7 +16,7 @@ from catalog.models import ModelVersion
 from deployments.models import AnalysisRun, Rollout, RouteTarget
 from deployments.rollouts import services as S
 from tests.deployments.factories import DeploymentFactory
-from tests.deployments.rollout_fixtures import FAST_STEPS, TTFT_CHECK, route_with_canary, usage, weights
+from tests.deployments.rollout_fixtures import FAST_STEPS, FAST_STEPS_STORED, TTFT_CHECK, route_with_canary, usage, weights
 
 pytestmark = pytest.mark.django_db
 
@@ -50,7 +50,7 @@ def test_start_adds_the_canary_at_weight_zero_and_records_the_plan():
     assert weights(setup.route) == {setup.stable.pk: 100, setup.canary.pk: 0}
     assert rollout.phase == "progressing" and rollout.outcome == ""
     event = AuditEvent.objects.get(action="rollout.start")
-    assert event.after["steps"] == FAST_STEPS and event.after["canary"] == setup.canary.slug
+    assert event.after["steps"] == FAST_STEPS_STORED and event.after["canary"] == setup.canary.slug
 
 
 @pytest.mark.parametrize(
@@ -201,18 +201,57 @@ def test_usage_outside_the_window_or_of_other_deployments_is_not_counted():
     assert run.verdict == "inconclusive" and run.results[0]["canary_samples"] == 0
 
 
-def test_inconclusive_analysis_pauses_and_resume_measures_again():
+def _latest_run(rollout) -> AnalysisRun:
+    return AnalysisRun.objects.filter(rollout=rollout).order_by("-id").first()
+
+
+def test_inconclusive_analysis_measures_again_over_a_longer_window_then_pauses():
     setup = route_with_canary()
     rollout, run, t0 = _run_to_analysis(setup)
     S.analysis_run_execute(run_id=run.pk)
     rollout.refresh_from_db()
+    longer = _latest_run(rollout)
+    assert rollout.phase == "progressing" and "measuring again until 60 s" in rollout.message
+    assert (longer.window_start, longer.window_end) == (run.window_start, t0 + dt.timedelta(seconds=60))
+    S.analysis_run_execute(run_id=longer.pk)
+    longest = _latest_run(rollout)
+    assert longest.window_end == t0 + dt.timedelta(seconds=90)  # the default: 3 × the window
+    S.analysis_run_execute(run_id=longest.pk)
+    rollout.refresh_from_db()
     assert rollout.phase == "paused" and "canary has 0 samples" in rollout.message
+    assert AnalysisRun.objects.filter(rollout=rollout).count() == 3
     assert weights(setup.route)[setup.canary.pk] == 20  # a pause keeps the traffic split
+    assert _actions(rollout).count("rollout.analysis_extended") == 2
     S.rollout_resume(rollout=rollout, actor="admin-test")
     rollout.refresh_from_db()
     assert rollout.phase == "progressing" and rollout.step_index == 1
     S.rollout_advance(rollout_id=rollout.pk, now=rollout.step_started_at)
-    assert AnalysisRun.objects.filter(rollout=rollout).count() == 2
+    assert AnalysisRun.objects.filter(rollout=rollout).count() == 4
+
+
+def test_events_that_arrive_after_a_window_is_read_count_in_the_longer_window():
+    setup = route_with_canary()
+    rollout, run, t0 = _run_to_analysis(setup)
+    usage(setup.stable, at=t0 + dt.timedelta(seconds=5), n=20, ttft_ms=100)
+    S.analysis_run_execute(run_id=run.pk)  # the canary's events have not shipped yet
+    usage(setup.canary, at=t0 + dt.timedelta(seconds=10), n=10, ttft_ms=600)  # now they have
+    longer = S.analysis_run_execute(run_id=_latest_run(rollout).pk)
+    assert longer.verdict == "failed" and longer.results[0]["canary_samples"] == 10
+    rollout.refresh_from_db()
+    assert (rollout.phase, rollout.outcome) == ("degraded", "aborted")
+
+
+def test_an_analysis_without_room_to_grow_pauses_at_once():
+    setup = route_with_canary()
+    steps = [
+        {"kind": "set_weight", "weight": 20},
+        {"kind": "analysis", "window_s": 30, "max_window_s": 30},
+        {"kind": "set_weight", "weight": 100},
+    ]
+    rollout, run, _ = _run_to_analysis(setup, steps=steps)
+    S.analysis_run_execute(run_id=run.pk)
+    rollout.refresh_from_db()
+    assert rollout.phase == "paused" and AnalysisRun.objects.filter(rollout=rollout).count() == 1
 
 
 def test_manual_pause_step_waits_for_an_admin_then_continues():

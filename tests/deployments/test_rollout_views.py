@@ -12,7 +12,7 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from deployments.models import Deployment, Rollout
 from deployments.rollouts import services as S
-from tests.deployments.rollout_fixtures import FAST_STEPS, TTFT_CHECK, route_with_canary, usage, weights
+from tests.deployments.rollout_fixtures import FAST_STEPS, FAST_STEPS_STORED, TTFT_CHECK, route_with_canary, usage, weights
 
 pytestmark = pytest.mark.django_db
 
@@ -232,7 +232,7 @@ def test_api_read_for_admins_and_auditors(role_clients, rollout, role, expected)
     response = role_clients[role].get(f"/api/deployments/rollouts/{rollout.pk}/")
     assert response.status_code in ((expected,) if expected != 403 else (401, 403))
     if expected == 200:
-        assert response.json()["steps"] == FAST_STEPS
+        assert response.json()["steps"] == FAST_STEPS_STORED
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Executable inline script: a <script> without src whose type is absent or a JavaScript type.
 _SCRIPT_TAG = re.compile(r"<script\b([^>]*)>", re.IGNORECASE)
+_STYLE_TAG = re.compile(r"<style\b[^>]*>", re.IGNORECASE)  # style-src 'self' blocks a <style> element
 _HANDLER = re.compile(
     r"""\son[a-z]+\s*=|\shx-on[:\-]|\sstyle\s*=|javascript:|\shx-vals\s*=\s*['"]\s*js:""", re.IGNORECASE
 )
@@ -34,6 +35,7 @@ def inline_script_problems(text: str) -> list[str]:
             continue  # data blocks (application/json) are not executed and CSP allows them
         problems.append(f"inline <script{attrs}>")
     problems += [f"inline attribute {m.group(0).strip()!r}" for m in _HANDLER.finditer(text)]
+    problems += [f"inline {m.group(0)!r} element" for m in _STYLE_TAG.finditer(text)]
     return problems
 
 
@@ -46,6 +48,7 @@ def test_the_scan_recognises_what_it_must_refuse():
         '<div hx-on-click="x()">'
     )
     assert inline_script_problems('<div style="width: 5%">')
+    assert inline_script_problems("<style>.chart-box { height: 260px; }</style>")
     assert not inline_script_problems('<script src="/static/x.js" defer></script>')
     assert not inline_script_problems('<script id="d" type="application/json">{}</script>')
     assert not inline_script_problems('<form data-confirm="Delete?" class="online">')
