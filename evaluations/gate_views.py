@@ -191,7 +191,8 @@ def version_gates_context(request, version: ModelVersion) -> dict:
         "rows": rows,
         "runs": runs,
         "active_run": next((r for r in runs if r.is_active), None),
-        "chart": quality_chart(status["gates"]),
+        "chart": (chart := quality_chart(status["gates"])),
+        "chart_json": json.dumps(chart) if chart else "",
         "run_form": GateRunForm(),
     }
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html as html_lib
 import json
+import re
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -109,7 +111,11 @@ def test_version_page_offers_allowed_moves_and_says_why_approval_is_blocked(
     panel = admin_client.get(
         reverse("gates:version_gates", args=[candidate.pk]), HTTP_HX_REQUEST="true"
     ).content.decode()
-    assert 'data-gate="quality" data-verdict="failed"' in panel and "quality-chart-data" in panel
+    assert 'data-gate="quality" data-verdict="failed"' in panel
+    # The chart's data rides in an attribute: htmx drops <script> blocks from what it swaps in.
+    assert "<script" not in panel
+    chart = json.loads(html_lib.unescape(re.search(r'data-chart="([^"]+)"', panel).group(1)))
+    assert chart["categories"] and len(chart["candidate"]) == len(chart["baseline"]) == len(chart["categories"])
     assert 'id="gate-run-form"' in panel
 
 

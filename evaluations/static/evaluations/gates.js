@@ -1,15 +1,21 @@
 // Quality charts of the gate pages: per category, the mean as a point and its 95 % interval as a
 // floating bar (Chart.js has no error-bar type; a [low, high] bar draws the same thing).
-// Data comes from json_script elements; charts are (re)drawn whenever htmx swaps content in.
+// Data comes from json_script elements or a data-chart attribute; charts are (re)drawn whenever htmx swaps content in.
 (function () {
   "use strict";
   const COLORS = { candidate: "#0d6efd", baseline: "#6c757d" };
 
   function draw(canvas) {
     if (canvas.dataset.drawn || typeof Chart === "undefined") return;
-    const source = document.getElementById(canvas.dataset.source || "quality-chart-data");
-    if (!source) return;
-    const d = JSON.parse(source.textContent);
+    // A page carries its data in a json_script block; a partial swapped in by htmx carries it in
+    // data-chart (htmx drops <script> elements from swapped content under this CSP).
+    let text = canvas.dataset.chart;
+    if (!text) {
+      const source = document.getElementById(canvas.dataset.source || "quality-chart-data");
+      if (!source) return;
+      text = source.textContent;
+    }
+    const d = JSON.parse(text);
     const sets = [];
     ["candidate", "baseline"].forEach(function (name) {
       const rows = d[name];
