@@ -16,7 +16,14 @@ from catalog.models import ModelVersion
 from deployments.models import AnalysisRun, Rollout, RouteTarget
 from deployments.rollouts import services as S
 from tests.deployments.factories import DeploymentFactory
-from tests.deployments.rollout_fixtures import FAST_STEPS, FAST_STEPS_STORED, TTFT_CHECK, route_with_canary, usage, weights
+from tests.deployments.rollout_fixtures import (
+    FAST_STEPS,
+    FAST_STEPS_STORED,
+    TTFT_CHECK,
+    route_with_canary,
+    usage,
+    weights,
+)
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,14 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from deployments.models import Deployment, Rollout
 from deployments.rollouts import services as S
-from tests.deployments.rollout_fixtures import FAST_STEPS, FAST_STEPS_STORED, TTFT_CHECK, route_with_canary, usage, weights
+from tests.deployments.rollout_fixtures import (
+    FAST_STEPS,
+    FAST_STEPS_STORED,
+    TTFT_CHECK,
+    route_with_canary,
+    usage,
+    weights,
+)
 
 pytestmark = pytest.mark.django_db
 

@@ -115,7 +115,9 @@ def test_version_page_offers_allowed_moves_and_says_why_approval_is_blocked(
     # The chart's data rides in an attribute: htmx drops <script> blocks from what it swaps in.
     assert "<script" not in panel
     chart = json.loads(html_lib.unescape(re.search(r'data-chart="([^"]+)"', panel).group(1)))
-    assert chart["categories"] and len(chart["candidate"]) == len(chart["baseline"]) == len(chart["categories"])
+    assert chart["categories"] and len(chart["candidate"]) == len(chart["baseline"]) == len(
+        chart["categories"]
+    )
     assert 'id="gate-run-form"' in panel
 
 
