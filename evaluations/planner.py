@@ -28,6 +28,7 @@ from engines.memory import estimate_memory
 from engines.scheduler import EngineConfig
 from engines.sim import SimConfig
 from engines.workload import Workload, lognormal, poisson
+from evaluations.calibrations import prediction_basis
 from evaluations.models import BenchmarkRun, CapacityPlan
 from loadtest.metrics import Sla
 from loadtest.predict import PredictedEngine
@@ -101,11 +102,13 @@ def _predicted(version, gpu, tp: int, inputs: dict) -> dict:
         inputs["output_mean"], max(inputs["output_sigma"], 1e-6), max=version.model.max_context
     )
     wl = Workload(arrival=poisson(1.0), input=dist_in, output=dist_out)
+    efficiency, basis = prediction_basis(gpu_type=gpu)
     engine = PredictedEngine(
         config=SimConfig(
-            model=version.to_spec(), gpu=gpu.to_spec(), tensor_parallel=tp, engine=EngineConfig()
+            model=version.to_spec(), gpu=gpu.to_spec(), tensor_parallel=tp, engine=EngineConfig(),
+            efficiency=efficiency,
         )
-    )
+    )  # fmt: skip
     result = find_capacity(
         target=None,
         workload=wl,
@@ -117,7 +120,8 @@ def _predicted(version, gpu, tp: int, inputs: dict) -> dict:
     rate = result.get("capacity_rate")
     stage = next((s for s in result["stages"] if (s.get("offered") or {}).get("rate") == rate), None)
     total = (stage or {}).get("total_token_goodput") or 0.0
-    return {"capacity_rps": rate, "total_token_goodput": total, "converged": result.get("converged")}
+    return {"capacity_rps": rate, "total_token_goodput": total, "converged": result.get("converged"),
+            "basis": basis["calibration"]}  # fmt: skip
 
 
 def plan_row(*, version_id: int, gpu_type_id: int, tensor_parallel: int, inputs: dict) -> dict:
@@ -142,7 +146,8 @@ def plan_row(*, version_id: int, gpu_type_id: int, tensor_parallel: int, inputs:
         if not p["total_token_goodput"]:
             return {**row, "ok": False, "label": "predicted",
                     "why": "The simulator found no rate that meets this SLA on this candidate: no capacity goodput."}  # fmt: skip
-        row.update(label="predicted", run_id=None, per_gpu_goodput=p["total_token_goodput"] / tp)
+        row.update(label="predicted", run_id=None, per_gpu_goodput=p["total_token_goodput"] / tp,
+                   basis=p["basis"])  # fmt: skip
     version_cost = gpu_cost_in_force(gpu_type_id=gpu.pk)
     if version_cost is not None:
         usd = float(Decimal(version_cost.terms.get("before_utilization") or version_cost.usd_per_gpu_hour))

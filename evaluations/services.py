@@ -535,27 +535,32 @@ def _target_for(run: BenchmarkRun) -> Target:
 
 
 def _predicted_engine(run: BenchmarkRun):
-    """One replica's simulator config from the run's snapshot (deployment or spec fields)."""
+    """One replica's simulator config from the run's snapshot (deployment or spec fields), with the
+    GPU type's newest calibration when there is one; returns ``(engine, prediction basis)``."""
     from catalog.selectors import gpu_type_get, model_version_get
     from engines.scheduler import EngineConfig
     from engines.sim import SimConfig
+    from evaluations.calibrations import prediction_basis
     from loadtest.predict import PredictedEngine
 
     snap = run.snapshot
     version = model_version_get(pk=snap["model_version_id"])
     gpu = gpu_type_get(pk=snap["gpu_type_id"])
+    efficiency, basis = prediction_basis(gpu_type=gpu)
     engine_kwargs = {
         k: snap[k] for k in ("max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching") if k in snap
     }
-    return PredictedEngine(
+    engine = PredictedEngine(
         config=SimConfig(
             model=version.to_spec(),
             gpu=gpu.to_spec(),
             tensor_parallel=int(snap.get("tensor_parallel") or 1),
             engine=EngineConfig(**engine_kwargs),
+            efficiency=efficiency,
         ),
         replicas=int(snap.get("replicas") or 1),
     )
+    return engine, basis
 
 
 def benchmark_run_execute(*, run_id: int, on_progress=None) -> BenchmarkRun:
@@ -612,9 +617,9 @@ def _execute(run: BenchmarkRun, progress: _ProgressWriter) -> tuple[dict, list]:
     sweep_cfg = SweepConfig.from_dict(run.sweep)
     target = _target_for(run)
     stage_fn = run_stage
-    engine = None
+    engine = basis = None
     if run.kind == RunKind.PREDICTED:
-        engine = _predicted_engine(run)
+        engine, basis = _predicted_engine(run)
         stage_fn = engine.stage
         stage_cfg.warmup_requests = 0
     started = time.monotonic()
@@ -659,31 +664,25 @@ def _execute(run: BenchmarkRun, progress: _ProgressWriter) -> tuple[dict, list]:
         sweep=sweep_record,
     )
     results["kind"] = run.kind
-    if engine is not None:
-        results["prediction"] = _prediction_basis(engine)
+    if basis is not None:
+        results["prediction"] = _with_intervals(results, basis)
     results["wall_s"] = time.monotonic() - started
     results["workload"] = run.workload
     return results, series
 
 
-def _prediction_basis(engine) -> dict:
-    """Which efficiencies a predicted run used, and the error interval they come with.
+def _with_intervals(results: dict, basis: dict) -> dict:
+    """The prediction's basis; each stage gets the interval of its predicted TTFT and TPOT medians
+    (``p50_interval``, None without a held-out calibration)."""
+    from evaluations.calibrations import with_interval
 
-    The console's predicted runs use the documented default efficiencies of the GPU preset: no
-    calibration on measured points of this configuration backs them, so there are no held-out
-    residuals and no interval to give; the page says exactly that rather than showing a bare number.
-    """
-    from engines.perf import default_efficiency
-
-    cfg = engine.config
-    eff = cfg.efficiency or default_efficiency(cfg.gpu.name)
-    return {
-        "calibration": f"default efficiencies for {cfg.gpu.name} (engines.perf), not calibrated on measurements",
-        "efficiency": eff.as_dict(),
-        "interval_pct": None,
-        "interval_why": "no held-out measurements of this configuration; calibrate with benchmarks.vllm_cpu_points "
-        "and benchmarks.simulator (docs/engines.md) to get one",
-    }
+    iv = basis.get("interval_pct")
+    for st in results.get("stages") or []:
+        st["p50_interval"] = {
+            "ttft_ms": with_interval((st.get("ttft_ms") or {}).get("p50"), iv, "ttft"),
+            "tpot_ms": with_interval((st.get("tpot_ms") or {}).get("p50"), iv, "tpot"),
+        }
+    return basis
 
 
 def _at(workload: Workload, level: float) -> Workload:
