@@ -114,8 +114,8 @@ def test_canary_with_injected_latency_aborts_by_itself_and_shows_why(
                 pair,
                 steps=[
                     {"kind": "set_weight", "weight": 50},
-                    # Long enough for a slowed canary to answer a few requests on a busy machine
-                    # (too few samples would be inconclusive and pause the rollout instead).
+                    # Long enough for a slowed canary to answer a few requests on a busy machine;
+                    # with too few samples the analysis measures again over a longer window.
                     {"kind": "analysis", "window_s": 20},
                     {"kind": "set_weight", "weight": 100},
                 ],
