@@ -6,12 +6,14 @@ gate policy, and gate runs executed by ``evaluations.gates``. The only stand-in 
 in front of the vLLM servers, doing what Ray Serve's proxy does (``/d/<slug>/…``).
 
 Training runs once per recipe (a few CPU minutes, cached under var/models); each vLLM start takes
-~45 s alone and several minutes on a busy 2-core host. Figures are printed (``-s``) for the report.
+~45 s alone and several minutes on a busy 2-core host. Figures are printed (``-s``) and written to var/benchmarks/gate-vllm-cpu.json.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 
 import pytest
 
@@ -108,6 +110,14 @@ def test_quality_gate_on_vllm_cpu_blocks_the_coarse_copy_and_passes_the_4bit_cop
                 fine = _decide(rtn4, admin_user)
 
     base = coarse.measured["baseline"]["arithmetic"]
+    figures = {"suite": f"arithmetic seed {SEED}", "cases": N_CASES, "max_drop": MAX_DROP, "min_score": MIN_SCORE,
+               "trained": base, "load_avg": os.getloadavg()}  # fmt: skip
+    for name, d in (("rtn4g64", fine), ("rtn2row", coarse)):
+        figures[name] = {"verdict": d.verdict, "summary": d.summary, "candidate": d.measured["candidate"]["arithmetic"],
+                         "vs_trained": d.measured["comparison"]["arithmetic"]}  # fmt: skip
+    out = ROOT / "var/benchmarks/gate-vllm-cpu.json"  # the figures outlive a captured CI run
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2))
     print(f"\nquality gate on vLLM-CPU, arithmetic suite seed {SEED}, n={N_CASES}, max drop {MAX_DROP}:")
     print(f"  trained   {base['mean']:.3f} [{base['low']:.3f}, {base['high']:.3f}]")
     _report("rtn4g64", fine)
