@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+import numpy as np
 from ddsketch import DDSketch
 from ddsketch.pb import ddsketch_pb2 as pb
 from ddsketch.pb.proto import DDSketchProto
@@ -69,13 +70,36 @@ def bins_add(into: Bins, other: Bins) -> Bins:
 
 
 def sketch_merge(blobs: Iterable[bytes | memoryview | None]) -> DDSketch | None:
-    """One DDSketch from many serialized ones (None when none holds a value)."""
+    """One DDSketch from many serialized ones (None when none holds a value).
+
+    A tenant's cost page merges a few thousand sketches of ~100 contiguous bins each: the counts
+    are added as arrays at their offsets (a dict per sketch took 0.6 s of a 0.9 s page at 10 M
+    events; see docs/decisions/0012). Counts stay exact: float64 holds integers up to 2^53.
+    """
+    parts: list[tuple[int, np.ndarray]] = []
     bins: Bins = {}
     zero = 0
     for blob in blobs:
-        b, z = bins_loads(blob)
-        bins_add(bins, b)
-        zero += z
+        if not blob:
+            continue
+        proto = pb.DDSketch()
+        proto.ParseFromString(bytes(blob))
+        store = proto.positiveValues
+        if len(store.contiguousBinCounts):
+            parts.append(
+                (store.contiguousBinIndexOffset, np.fromiter(store.contiguousBinCounts, dtype=np.float64))
+            )
+        for k, c in store.binCounts.items():  # the sparse form other DDSketch writers may use
+            bins[k] = bins.get(k, 0) + int(c)
+        zero += int(proto.zeroCount)
+    if parts:
+        lo = min(offset for offset, _ in parts)
+        acc = np.zeros(max(offset + len(counts) for offset, counts in parts) - lo)
+        for offset, counts in parts:
+            acc[offset - lo : offset - lo + len(counts)] += counts
+        for i in np.flatnonzero(acc):
+            k = lo + int(i)
+            bins[k] = bins.get(k, 0) + int(acc[i])
     data = bins_dumps(bins, zero)
     if data is None:
         return None
