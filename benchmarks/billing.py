@@ -13,8 +13,12 @@ never the test databases): N usage events (default 10 million) over 50 tenants, 
 Reported with the PostgreSQL settings, the load average and the core count. The events table is
 indexed, not partitioned: pages never read it (see ADR 0012).
 
+``--page-only`` measures the page again on the database a full run left (after a change to the
+page), without generating or rolling up anything.
+
     python -m benchmarks.billing --json var/bench-billing.json
     python -m benchmarks.billing --events 200000 --json var/bench-billing-small.json
+    python -m benchmarks.billing --database bench_billing --page-only --json var/bench-billing-page.json
 """
 
 from __future__ import annotations
@@ -95,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--database", default="bench_billing")
     ap.add_argument("--page-samples", type=int, default=40)
     ap.add_argument("--batch", type=int, default=50_000, help="rollup batch size")
+    ap.add_argument(
+        "--page-only",
+        action="store_true",
+        help="measure only the cost page, on the database a full run left (no generation, no rollup)",
+    )
     args = ap.parse_args(argv)
 
     base = os.environ.get("DATABASE_URL")
@@ -102,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(
             "DATABASE_URL must point at a PostgreSQL server (the benchmark makes its own database)"
         )
-    url = recreate_database(base, args.database)
+    url = _db_url(base, args.database) if args.page_only else recreate_database(base, args.database)
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governor.settings")
     os.environ.setdefault("SECRET_KEY", "governor-bench-secret-key-not-for-production")
@@ -116,18 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     call_command("migrate", verbosity=0)
 
     import datetime as dt
-    from decimal import Decimal
-
-    from django.contrib.auth import get_user_model
-    from django.test import Client
-    from django.urls import reverse
 
     from billing.selectors.costs import rollup_freshness
-    from billing.services.budgets import budget_set
     from billing.services.keys import api_key_create
     from billing.services.rollups import usage_rollup_batch
-    from billing.services.tenancy import membership_set, tenant_create
+    from billing.services.tenancy import tenant_create
 
+    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    start = now - dt.timedelta(days=DAYS)
+    if args.page_only:
+        return _page_figures(args, start=start, now=now, generated=None)
     tenants = [
         tenant_create(actor="system:bench", name=f"Bench tenant {i}", slug=f"bench-{i}")
         for i in range(TENANTS)
@@ -138,8 +145,6 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(KEYS_PER_TENANT)
     ]
     # Keys are listed tenant by tenant, three each: the generator picks one of the event's tenant's keys.
-    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
-    start = now - dt.timedelta(days=DAYS)
     t0 = time.perf_counter()
     with connection.cursor() as cur:
         for lo in range(1, args.events + 1, CHUNK):
@@ -193,12 +198,41 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# rollup: {result['events']:,} events in {rollup_s:.1f} s = {rollup_rate:,.0f}/s; "
           f"{written['n']:,} written concurrently", flush=True)  # fmt: skip
 
-    tenant = tenants[0]
-    budget_set(
-        tenant=tenant, amount_usd=Decimal("1000"), period="monthly", soft_threshold_percents=[50], actor=None
-    )
-    user = get_user_model().objects.create(username="bench-member")
-    membership_set(actor="system:bench", user=user, tenant=tenant, role="member")
+    generated = {
+        "generate_s": round(generate_s, 1),
+        "rollup_events": result["events"],
+        "rollup_s": round(rollup_s, 2),
+        "rollup_events_per_s": round(rollup_rate, 1),
+        "rollup_batch": args.batch,
+        "written_concurrently": written["n"],
+        "postgres": settings_used,
+    }
+    return _page_figures(args, start=start, now=now, generated=generated)
+
+
+def _page_figures(args, *, start, now, generated: dict | None) -> int:
+    """A tenant's 90-day cost page (warm, Django test client), the table sizes, and the report."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test import Client
+    from django.urls import reverse
+
+    from billing.models import Budget, Tenant
+    from billing.services.budgets import budget_set
+    from billing.services.tenancy import membership_set
+
+    tenant = Tenant.objects.filter(slug="bench-0").first()
+    if tenant is None:
+        raise SystemExit(f"{args.database} holds no benchmark data: run without --page-only first")
+    if not Budget.objects.filter(tenant=tenant).exists():
+        budget_set(tenant=tenant, amount_usd=Decimal("1000"), period="monthly", soft_threshold_percents=[50],
+                   actor=None)  # fmt: skip
+    user, created = get_user_model().objects.get_or_create(username="bench-member")
+    if created:
+        membership_set(actor="system:bench", user=user, tenant=tenant, role="member")
     client = Client()
     client.force_login(user)
     page = (
@@ -218,20 +252,18 @@ def main(argv: list[str] | None = None) -> int:
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM billing_usage_rollup")
         rollup_rows = cur.fetchone()[0]
+        cur.execute("SELECT events_total FROM billing_rollup_cursor")
+        rolled_up = (cur.fetchone() or [0])[0]
         cur.execute(
             "SELECT pg_total_relation_size('billing_usage_event'), pg_total_relation_size('billing_usage_rollup')"
         )
         events_bytes, rollup_bytes = cur.fetchone()
+        settings_used = pg_settings(cur)
     out = {
         "events": args.events,
         "tenants": TENANTS,
         "days": DAYS,
-        "generate_s": round(generate_s, 1),
-        "rollup_events": result["events"],
-        "rollup_s": round(rollup_s, 2),
-        "rollup_events_per_s": round(rollup_rate, 1),
-        "rollup_batch": args.batch,
-        "written_concurrently": written["n"],
+        **(generated or {"page_only": True, "events_rolled_up_in_database": rolled_up}),
         "rollup_rows": rollup_rows,
         "events_table_bytes": events_bytes,
         "rollup_table_bytes": rollup_bytes,
