@@ -16,9 +16,6 @@ from tests.support.browser import browser, login, page  # noqa: F401  (pytest fi
 pytestmark = [pytest.mark.browser, pytest.mark.ray, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-# Known to fail now and then inside the full suite but not alone (order-dependent; open in
-# issue 10): one rerun, for this test only.
-@pytest.mark.flaky(reruns=1)
 def test_admin_creates_a_deployment_and_watches_it_run(live_server, ray_env, deployments_worker, page):  # noqa: F811
     UserFactory(username="root", is_superuser=True, is_staff=True)
     version = llama_8b_version()

@@ -284,32 +284,54 @@ def test_time_scale_follows_the_modelled_tpot(start_server):
     assert 0.011 <= statistics.median(itl) <= 0.022
 
 
-def test_fixed_timing_mode_gives_exact_ttft_tpot_and_capacity(start_server):
+def _gauges(base: str) -> tuple[float, float]:
+    text = httpx.get(f"{base}/metrics", timeout=30).text
+    values = {}
+    for line in text.splitlines():
+        for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+            if line.startswith(name + "{"):
+                values[name] = float(line.rsplit(" ", 1)[1])
+    return values["vllm:num_requests_running"], values["vllm:num_requests_waiting"]
+
+
+def test_fixed_timing_mode_never_runs_early_and_runs_max_num_seqs_at_once(start_server):
+    """Behaviour only: a busy machine can make any request late, so wall-clock upper bounds are not
+    asserted here; how exactly the timing holds is a benchmark figure (benchmarks.harness)."""
     srv = start_server("--fixed-ttft-ms", "100", "--fixed-tpot-ms", "20", "--max-num-seqs", "2")
     _stream_timings(srv.base, 1)  # warm up the server's first-request paths
     ttft, itl = _stream_timings(srv.base, 11)
-    # The server's timing is exact; the client side adds connection and scheduling noise.
-    # Lower bounds are tight (the server never runs early); upper bounds leave room for a busy machine.
-    assert 0.098 <= ttft <= 0.3
-    assert 0.019 <= statistics.median(itl) <= 0.03
+    assert ttft >= 0.098 and len(itl) == 10  # never early; every further token streamed apart
+    assert statistics.median(itl) >= 0.019
+
+    seen: set[tuple[float, float]] = set()
 
     async def many() -> list[float]:
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with httpx.AsyncClient(timeout=60) as http:
 
             async def one() -> float:
                 t0 = time.perf_counter()
                 r = await http.post(
-                    f"{srv.v1}/completions", json={"model": "sim", "prompt": "x", "max_tokens": 11}
+                    f"{srv.v1}/completions", json={"model": "sim", "prompt": "x", "max_tokens": 51}
                 )
                 assert r.status_code == 200
                 return time.perf_counter() - t0
 
-            return sorted(await asyncio.gather(*(one() for _ in range(4))))
+            async def watch(tasks) -> None:
+                while not all(t.done() for t in tasks):
+                    seen.add(await asyncio.to_thread(_gauges, srv.base))
+                    await asyncio.sleep(0.01)
+
+            tasks = [asyncio.ensure_future(one()) for _ in range(4)]
+            await watch(tasks)
+            return sorted(await asyncio.gather(*tasks))
 
     e2e = asyncio.run(many())
-    # Two run at once (0.1 + 10 * 0.02 = 0.3 s); the other two wait for them: ~0.6 s.
-    assert 0.3 <= e2e[1] <= 0.45
-    assert 0.6 <= e2e[3] <= 0.8
+    # Each request takes at least 0.1 + 50 × 0.02 = 1.1 s (long, so that the four overlap however
+    # late the last one arrives); with two slots the last two wait for the first two: 2.2 s.
+    assert e2e[0] >= 1.1 - 0.002 and e2e[2] >= 2.2 - 0.004
+    # Two at once, never more, and the other two queued meanwhile (the engine's own gauges).
+    assert max(running for running, _ in seen) == 2
+    assert (2.0, 2.0) in seen, sorted(seen)
 
 
 @pytest.mark.slow

@@ -135,9 +135,6 @@ def test_admin_starts_an_eval_run_that_the_worker_scores_by_category(gated, admi
     assert "json_extraction" in html and "table-danger" in html
 
 
-# Known to fail now and then inside the full suite but not alone (order-dependent; open in
-# issue 10): one rerun, for this test only.
-@pytest.mark.flaky(reruns=1)
 @pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)

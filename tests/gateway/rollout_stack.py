@@ -100,7 +100,7 @@ def serve_route(gateway: str, pair: Pair, *, model_name: str, tenant, actor) -> 
         public_model=model_name, input_per_million=Decimal(1), output_per_million=Decimal(2), actor=actor
     )
     secret = api_key_create(tenant=tenant, name=f"{model_name}-key", actor=actor)[1]
-    wait_for(lambda: _serves(gateway, secret, model_name), 15, "the gateway to serve the route")
+    wait_for(lambda: _serves(gateway, secret, model_name), 90, "the gateway to serve the route")
     return route, secret
 
 

@@ -53,9 +53,6 @@ def test_the_launcher_forwards_sighup_to_the_gateway():
     assert child.process.wait(60) == 7
 
 
-# Known to fail now and then inside the full suite but not alone (order-dependent; open in
-# issue 10): one rerun, for this test only.
-@pytest.mark.flaky(reruns=1)
 def test_rolling_restart_under_load_refuses_and_cuts_nothing(
     gw_tmp, gateway_db_url, engine_a, tenant, admin_user
 ):

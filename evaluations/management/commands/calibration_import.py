@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from catalog.models import GpuType
+from catalog.selectors import gpu_type_get, gpu_type_list
 from evaluations.calibrations import calibration_import
 
 
@@ -34,10 +34,13 @@ class Command(BaseCommand):
             report = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CommandError(f"{path}: not a readable JSON report ({exc})") from exc
-        gpu = GpuType.objects.filter(name=options["gpu_type"]).first()
-        if gpu is None:
-            known = ", ".join(GpuType.objects.order_by("name").values_list("name", flat=True)) or "none"
-            raise CommandError(f"--gpu-type: no GPU type named {options['gpu_type']!r} (known: {known})")
+        try:
+            gpu = gpu_type_get(name=options["gpu_type"])
+        except ObjectDoesNotExist:
+            known = ", ".join(g.name for g in gpu_type_list()) or "none"
+            raise CommandError(
+                f"--gpu-type: no GPU type named {options['gpu_type']!r} (known: {known})"
+            ) from None
         actor = "system:cli"
         if options.get("actor"):
             actor = get_user_model().objects.filter(username=options["actor"]).first()
