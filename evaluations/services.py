@@ -665,13 +665,13 @@ def _execute(run: BenchmarkRun, progress: _ProgressWriter) -> tuple[dict, list]:
     )
     results["kind"] = run.kind
     if basis is not None:
-        results["prediction"] = _with_intervals(results, basis)
+        results["prediction"] = _prediction_with_intervals(results, basis)
     results["wall_s"] = time.monotonic() - started
     results["workload"] = run.workload
     return results, series
 
 
-def _with_intervals(results: dict, basis: dict) -> dict:
+def _prediction_with_intervals(results: dict, basis: dict) -> dict:
     """The prediction's basis; each stage gets the interval of its predicted TTFT and TPOT medians
     (``p50_interval``, None without a held-out calibration)."""
     from evaluations.calibrations import with_interval
