@@ -12,6 +12,7 @@ from evaluations.models import (
     GateDecision,
     GatePolicy,
     GateRun,
+    SimulatorCalibration,
 )
 from governor.admin_views import ReadOnlyAdmin
 
@@ -81,3 +82,9 @@ class GateDecisionAdmin(ReadOnlyAdmin):
 @admin.register(CapacityPlan)
 class CapacityPlanAdmin(ReadOnlyAdmin):
     list_display = ("name", "token", "created_by", "created_at")
+
+
+@admin.register(SimulatorCalibration)
+class SimulatorCalibrationAdmin(ReadOnlyAdmin):
+    list_display = ("id", "gpu_type", "evaluation", "ttft_err_pct", "tpot_err_pct", "source", "created_at")
+    list_filter = ("evaluation", "gpu_type")

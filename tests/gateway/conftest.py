@@ -201,6 +201,30 @@ def _gateway_prefix(settings):
     settings.GATEWAY_KEY_PREFIX = PREFIX
 
 
+@pytest.fixture(autouse=True)
+def _private_task_queue():
+    """Tasks the product enqueues during a gateway test (a reconcile after a deployment changes, say)
+    go to a queue of this test's own that no worker reads, unless the test starts a worker of its
+    own. Otherwise the session's Celery worker (``celery_worker_process``, once an earlier test has
+    started it) took them, asked a Ray cluster that does not know these deployments, and marked
+    every deployment in the test database UNKNOWN: the gateway then had no RUNNING target."""
+    import redis as redis_lib
+
+    from workers.celery import app
+
+    previous = app.conf.task_default_queue
+    queue = app.conf.task_default_queue = f"gwtest-tasks-{uuid.uuid4().hex}"
+    try:
+        yield queue
+    finally:
+        app.conf.task_default_queue = previous
+        client = redis_lib.Redis.from_url(app.conf.broker_url)
+        try:
+            client.delete(queue)
+        finally:
+            client.close()
+
+
 @pytest.fixture(scope="session")
 def gw_tmp(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("gw")
