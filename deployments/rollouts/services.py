@@ -337,6 +337,7 @@ def _analysis_step(rollout: Rollout, step: dict, now: dt.datetime) -> str:
         reason = "analysis failed: " + "; ".join(_describe_result(r) for r in failing)
         _abort(rollout, actor=CONTROLLER, reason=reason, evidence=evidence)
         return "aborted"
+    why = "; ".join(r["why"] for r in run.results if r.get("why"))
     longest = run.window_start + dt.timedelta(seconds=step.get("max_window_s", step["window_s"]))
     if run.verdict == AnalysisVerdict.INCONCLUSIVE and run.window_end < longest:
         # Too few samples (little traffic, or events still shipping): measure again over a longer
@@ -347,7 +348,6 @@ def _analysis_step(rollout: Rollout, step: dict, now: dt.datetime) -> str:
             window_start=run.window_start,
             window_end=min(run.window_end + dt.timedelta(seconds=step["window_s"]), longest),
         )
-        why = "; ".join(r["why"] for r in run.results if r.get("why"))
         rollout.message = (
             f"Step {rollout.step_index + 1}: {why}; measuring again until "
             f"{int((longer.window_end - longer.window_start).total_seconds())} s of traffic."
@@ -363,7 +363,7 @@ def _analysis_step(rollout: Rollout, step: dict, now: dt.datetime) -> str:
         return "analysing"
     # Still inconclusive at the longest window, or an error reading the data: a human decides.
     rollout.phase = RolloutPhase.PAUSED
-    why = "; ".join(r["why"] for r in run.results if r.get("why")) or run.error
+    why = why or run.error
     rollout.message = (
         f"Step {rollout.step_index + 1}: analysis {run.verdict} ({why}). Resume to measure again, or abort."
     )
