@@ -23,6 +23,15 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_QUEUE = f"governor-test-{os.getpid()}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _ray_task_routes():
+    """Reconciles and Ray watches reach only a worker that knows the test's Ray cluster
+    (``tests.support.celery_worker.route_ray_tasks``); otherwise a queue nobody reads."""
+    from tests.support.celery_worker import install_ray_task_routes
+
+    install_ray_task_routes()
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     """Hashing cost is irrelevant to what the tests check; PBKDF2 would dominate their run time."""

@@ -16,7 +16,7 @@ import pytest
 from django.test import override_settings
 
 from tests.conftest import subprocess_env
-from tests.support.celery_worker import celery_worker
+from tests.support.celery_worker import celery_worker, ray_tasks_to
 from tests.support.ray_cluster import RayTestCluster, ray_test_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def deployments_worker(ray_env, django_db_setup, django_db_blocker, tmp_path_fac
             RAY_AUTH_TOKEN="",
         )
     with celery_worker(
-        env=env, queue=queue, log_path=log_path, name=f"deployments-test-{os.getpid()}"
+        env=env, queue=queue, log_path=log_path, name=f"deployments-test-{os.getpid()}", ray_tasks=True
     ) as worker:
         yield worker
 
@@ -77,7 +77,8 @@ def void_queue() -> Iterator[str]:
     previous = app.conf.task_default_queue
     app.conf.task_default_queue = queue
     try:
-        yield queue
+        with ray_tasks_to(queue):
+            yield queue
     finally:
         app.conf.task_default_queue = previous
         import redis

@@ -11,3 +11,32 @@ def test_worker_process_runs_task_and_returns_result_through_redis(celery_worker
     result = ping.delay()
     assert result.get(timeout=30) == {"pong": True, "db": True}
     assert celery_worker_process["process"].poll() is None
+
+
+def test_ray_tasks_reach_only_a_worker_that_knows_the_ray_cluster(settings):
+    """The session's worker (default queue) must never take a reconcile: it would find no Ray
+    cluster and mark every deployment of the shared test database UNKNOWN for minutes."""
+    import redis
+
+    from deployments.tasks import reconcile, watch
+    from tests.support.celery_worker import RAY_TASKS_VOID, ray_tasks_to
+    from workers.celery import app
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    aware, default = "governor-test-ray-aware-probe", "governor-test-default-probe"
+    queues = (RAY_TASKS_VOID, aware, default)
+    previous, app.conf.task_default_queue = app.conf.task_default_queue, default  # no worker reads it
+    try:
+        client.delete(*queues)
+        reconcile.delay(trigger="probe")
+        watch.delay(token="probe")
+        assert (client.llen(RAY_TASKS_VOID), client.llen(default)) == (2, 0)
+        with ray_tasks_to(aware):
+            reconcile.delay(trigger="probe")
+        assert (client.llen(aware), client.llen(RAY_TASKS_VOID)) == (1, 2)
+        ping.delay()  # every other task still goes to the default queue
+        assert client.llen(default) == 1
+    finally:
+        app.conf.task_default_queue = previous
+        client.delete(*queues)
+        client.close()
