@@ -49,7 +49,13 @@ def install_ray_task_routes() -> None:
 
 @contextmanager
 def celery_worker(
-    *, env: dict[str, str], queue: str, log_path: Path, name: str, ready_timeout: float = 90, ray_tasks: bool = False
+    *,
+    env: dict[str, str],
+    queue: str,
+    log_path: Path,
+    name: str,
+    ready_timeout: float = 90,
+    ray_tasks: bool = False,
 ):
     """Start ``celery -A workers worker`` consuming only ``queue``; make it this process's default queue.
 
