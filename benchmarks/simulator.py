@@ -17,7 +17,8 @@
    prediction interval those held-out residuals give: a predicted median ``p`` comes with
    ``[p · (1 + lo / 100), p · (1 + hi / 100)]`` where lo and hi are the smallest and largest
    ``(measured − predicted) / predicted`` seen on held-out levels. CPU devices fit ``engines.calibrate.CPU_FIT``
-   (MFU, step, per-sequence and per-request overheads), others the default set. The file is a list of
+   (MFU, step, per-sequence and per-request overheads), others the default set; ``--fit-params``
+   names another set (``api_serial_share``: the API server's queue). The file is a list of
    points, or ``{"model": {...}|"preset", "gpu": {...}|"CPU", "engine": {...}, "tensor_parallel": 1,
    "points": [...]}``. More files (repeated measurements of the same levels) add each run's held-out
    errors (``calib_runs``) and the spread of the measured medians per level between runs
@@ -142,7 +143,9 @@ def interval_pct(rows: list[dict]) -> dict:
     return out
 
 
-def calibration_figures(path: Path, fit_levels: list[str] | None = None) -> dict:
+def calibration_figures(
+    path: Path, fit_levels: list[str] | None = None, fit_params: tuple[str, ...] | None = None
+) -> dict:
     """Fit on some load levels of ``path`` and report the errors on the others (module docstring, 3)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     if isinstance(data, list):
@@ -164,7 +167,7 @@ def calibration_figures(path: Path, fit_levels: list[str] | None = None) -> dict
         held, mode = fit, "in-sample"
     if not fit:
         raise ValueError(f"{path}: no points at fit levels {fit_levels} (levels: {sorted(keys)})")
-    names = CPU_FIT if gpu.name == "CPU" else DEFAULT_FIT
+    names = fit_params or (CPU_FIT if gpu.name == "CPU" else DEFAULT_FIT)
     result = calibrate(fit, model, gpu, engine, tensor_parallel=tp, fit=names)
     rows = result.predict(held)
 
@@ -263,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="levels to fit on, e.g. c1,c8,r2 (default: closed-loop extremes + lowest Poisson rate)",
     )
+    p.add_argument(
+        "--fit-params",
+        default=None,
+        help="efficiencies to fit, comma-separated (default: engines.calibrate.CPU_FIT on CPU, else DEFAULT_FIT); "
+        "e.g. add api_serial_share to test whether the API server's queue explains the held-out levels",
+    )
     p.add_argument("--skip-hour", action="store_true", help="only the calibration figures")
     p.add_argument("--json", dest="json_path")
     a = p.parse_args(argv)
@@ -300,13 +309,14 @@ def main(argv: list[str] | None = None) -> int:
     paths = [Path(x) for x in a.calibration_points or [] if Path(x).exists()]
     if paths:
         fit_levels = parse_fit_levels(a.calibration_fit) if a.calibration_fit else None
-        calib = calibration_figures(paths[0], fit_levels)
+        fit_params = tuple(x.strip() for x in a.fit_params.split(",") if x.strip()) if a.fit_params else None
+        calib = calibration_figures(paths[0], fit_levels, fit_params)
         out.update(calib)
         _print_calibration(calib, str(paths[0]))
         if len(paths) > 1:
             runs = [{"file": str(paths[0]), **calib}]
             for path in paths[1:]:
-                other = calibration_figures(path, fit_levels)
+                other = calibration_figures(path, fit_levels, fit_params)
                 _print_calibration(other, str(path))
                 runs.append({"file": str(path), **other})
             out["calib_runs"] = [
