@@ -14,6 +14,7 @@ from loadtest.loadgen import PlannedRequest
 from loadtest.metrics import length_report, offered_rate_report, summarize
 from loadtest.records import RequestRecord
 from loadtest.runner import StageResult
+from tests.support.ci import skip_unless_ci
 from tests.support.servers import ROOT, paced_server
 
 from .factories import BenchmarkRunFactory, DeploymentFactory
@@ -110,7 +111,7 @@ def test_admin_queues_a_cross_check_and_it_is_audited(
     from loadtest.crosscheck import vllm_cli
 
     if vllm_cli() is None:
-        pytest.skip("vLLM is not installed here")
+        skip_unless_ci("vLLM is not installed here")
     model = ensure_tiny_model(ROOT / "var/models/tiny-llama")
     run = BenchmarkRunFactory(snapshot={"tokenizer_dir": str(model)})
     queued = []

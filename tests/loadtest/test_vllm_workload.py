@@ -14,6 +14,7 @@ from engines.workload import Workload, fixed, poisson, uniform
 from loadtest import HarnessError, Sla, StageConfig, Target, run_stage
 from loadtest.runner import cross_check_stage
 from loadtest.tokens import SOURCE_ENDPOINT, SOURCE_TOKENIZER
+from tests.support.ci import skip_unless_ci
 from tests.support.servers import ROOT
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -27,7 +28,7 @@ def tiny(tmp_path_factory):
     from engines.vllm_cpu import vllm_cpu_server, vllm_unavailable_reason
 
     if reason := vllm_unavailable_reason():
-        pytest.skip(reason)
+        skip_unless_ci(reason)
     model = ensure_tiny_model(ROOT / "var/models/tiny-llama")
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     with vllm_cpu_server(
@@ -93,7 +94,7 @@ def test_vllm_bench_serve_replays_the_stage_and_both_tools_agree_on_what_was_sen
     from loadtest.crosscheck import vllm_cli
 
     if vllm_cli() is None:
-        pytest.skip("no vllm command")
+        skip_unless_ci("no vllm command")
     server, model_dir = tiny
     target = Target(base_url=server.openai_base_url, model="tiny", request_timeout_s=300, tokenizer=model_dir)
     wl = Workload(arrival=poisson(3), input=uniform(32, 96), output=fixed(8))

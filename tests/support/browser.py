@@ -7,6 +7,7 @@ import os
 import pytest
 
 from governor.chromium import CHROMIUM_ARGS, chromium_path
+from tests.support.ci import skip_unless_ci
 
 
 @pytest.fixture
@@ -16,7 +17,7 @@ def browser():
     ``asyncio.run``."""
     path = chromium_path()
     if path is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium); .ci/run installs it")
+        skip_unless_ci("Debian's chromium is not installed (apt-get install chromium); .ci/run installs it")
     from playwright.sync_api import sync_playwright
 
     # Playwright's sync API keeps an event loop running in this thread; the tests' own ORM calls
