@@ -106,7 +106,15 @@ def simulate_point(
         arrival=arrival, input=fixed(int(point["input_len"])), output=fixed(int(point["output_len"]))
     )
     cfg = SimConfig(
-        model=model, gpu=gpu, tensor_parallel=tensor_parallel, engine=engine_config, efficiency=efficiency
+        model=model,
+        gpu=gpu,
+        tensor_parallel=tensor_parallel,
+        engine=engine_config,
+        efficiency=efficiency,
+        # A closed loop whose clients all sent their first request at once (``"clients_start":
+        # "together"``, as ``benchmarks.vllm_cpu_points`` does) starts that way in the simulator too;
+        # points without the field keep the staggered start.
+        stagger_closed_loop=point.get("clients_start") != "together",
     )
     schedules = point.get("schedules")
     if schedules and not point.get("concurrency"):
