@@ -403,7 +403,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
             print(f"round {r + 1}/{a.rounds} done (load {os.getloadavg()[0]:.1f})", flush=True)
         points = [
-            summarize_level(
+            # Every client of a round sends its first request at once (run_round), and the
+            # simulator starts them the same way (engines.calibrate.simulate_point).
+            {"clients_start": "together"}
+            | summarize_level(
                 per_level[level], concurrency=level, input_len=a.input_len, output_len=a.output_len
             )
             for level in levels

@@ -144,3 +144,15 @@ def test_an_open_loop_point_is_replayed_at_its_own_send_times():
     # Two rounds pool their requests: the median of (burst + spread) lies between the two.
     both = simulate_point({**base, "schedules": burst["schedules"] + spread["schedules"]}, **kw)
     assert apart["ttft_median_s"] <= both["ttft_median_s"] <= at_once["ttft_median_s"]
+
+
+def test_a_closed_loop_that_started_together_is_simulated_that_way():
+    """Clients that sent their first requests at once prefill together: TTFT grows with the level,
+    unlike the staggered start the simulator assumes when a point does not say."""
+    load = {"concurrency": 8, "input_len": 768, "output_len": 64, "num_requests": 64}
+    kw = dict(model=LLAMA8B, gpu=H100, engine_config=ENGINE, efficiency=TRUE)
+    single = simulate_point({**load, "concurrency": 1, "num_requests": 4}, **kw)["ttft_median_s"]
+    staggered = simulate_point(load, **kw)["ttft_median_s"]
+    together = simulate_point({**load, "clients_start": "together"}, **kw)["ttft_median_s"]
+    assert together > 3 * single  # the eight prompts keep sharing their prefill steps
+    assert staggered < 2 * single
