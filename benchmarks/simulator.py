@@ -18,7 +18,7 @@
    ``[p · (1 + lo / 100), p · (1 + hi / 100)]`` where lo and hi are the smallest and largest
    ``(measured − predicted) / predicted`` seen on held-out levels. CPU devices fit ``engines.calibrate.CPU_FIT``
    (MFU, step, per-sequence and per-request overheads), others the default set; ``--fit-params``
-   names another set (``api_serial_share``: the API server's queue). The file is a list of
+   names another set, to try a parameter on the held-out levels. The file is a list of
    points, or ``{"model": {...}|"preset", "gpu": {...}|"CPU", "engine": {...}, "tensor_parallel": 1,
    "points": [...]}``. More files (repeated measurements of the same levels) add each run's held-out
    errors (``calib_runs``) and the spread of the measured medians per level between runs
@@ -269,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--fit-params",
         default=None,
-        help="efficiencies to fit, comma-separated (default: engines.calibrate.CPU_FIT on CPU, else DEFAULT_FIT); "
-        "e.g. add api_serial_share to test whether the API server's queue explains the held-out levels",
+        help="efficiencies to fit, comma-separated (default: engines.calibrate.CPU_FIT on CPU, else DEFAULT_FIT): "
+        "how a candidate parameter is tried against the held-out levels before it joins CPU_FIT",
     )
     p.add_argument("--skip-hour", action="store_true", help="only the calibration figures")
     p.add_argument("--json", dest="json_path")

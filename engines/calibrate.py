@@ -48,7 +48,6 @@ _BOUNDS = {
     "step_overhead_s": (1e-6, 5.0),
     "per_seq_overhead_s": (1e-8, 0.5),
     "request_overhead_s": (1e-6, 5.0),
-    "api_serial_share": (1e-3, 1.0),
 }
 # Where the coarse grid looks (log-spaced between these), per fitted parameter.
 _GRID = {
@@ -57,7 +56,6 @@ _GRID = {
     "step_overhead_s": (1e-4, 0.2),
     "per_seq_overhead_s": (1e-6, 1e-2),
     "request_overhead_s": (1e-3, 0.2),
-    "api_serial_share": (0.05, 1.0),
 }
 DEFAULT_FIT = ("mfu", "mbu", "step_overhead_s")
 # vLLM-CPU: a visible per-sequence cost per step (sampler, detokenizer share on busy cores) and an API

@@ -47,9 +47,6 @@ class Efficiency:
     * ``request_overhead_s``: fixed latency per request outside the engine (API server: HTTP, tokenizer,
       IPC to the engine core, first SSE chunk). Not step time: it adds to TTFT and E2E only, and a
       closed-loop client's next request reaches the engine that much later.
-    * ``api_serial_share``: the share of ``request_overhead_s`` that is work in the API server's one
-      event loop (parsing, preprocessing, hand-off), so that requests arriving together wait for each
-      other there; the rest is a pure delay. 0 (the default) treats the whole overhead as a delay.
     """
 
     mfu: float = 0.5
@@ -59,7 +56,6 @@ class Efficiency:
     tp_comm_efficiency: float = 0.7
     allreduce_latency_s: float = 10e-6
     request_overhead_s: float = 0.002
-    api_serial_share: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 < self.mfu <= 1 or not 0 < self.mbu <= 1:
@@ -76,8 +72,6 @@ class Efficiency:
             raise ValueError("overheads must be >= 0")
         if not 0 < self.tp_comm_efficiency <= 1:
             raise ValueError("tp_comm_efficiency must be in (0, 1]")
-        if not 0 <= self.api_serial_share <= 1:
-            raise ValueError("api_serial_share must be in [0, 1]")
 
     def as_dict(self) -> dict:
         return asdict(self)

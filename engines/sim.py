@@ -9,9 +9,7 @@ request at the moment one finishes. The result is deterministic for a seed.
 Outside the engine: every request reaches the engine ``Efficiency.request_overhead_s`` after the
 client sent it (API server: HTTP, tokenizing, hand-off to the engine core, first SSE chunk), so the
 overhead is part of TTFT and E2E but not of queue time or step time; a closed-loop client's next
-request reaches the engine that much after the previous one finished. ``Efficiency.api_serial_share``
-of that overhead is work in the API server's single event loop: requests sent together pass through
-it one at a time (a FIFO server), the rest of the overhead is a delay every request pays alone.
+request reaches the engine that much after the previous one finished.
 
 Closed-loop clients are staggered (``SimConfig.stagger_closed_loop``, default on): client ``i`` of
 ``n`` sends its first request at ``i * e2e_est / n``, with ``e2e_est`` the perf model's estimate of one
@@ -220,8 +218,6 @@ def simulate(
     closed = schedule.concurrency
     # Outside the engine: the API server's fixed latency (HTTP, tokenizer, IPC, first SSE chunk).
     overhead = sched.perf.eff.request_overhead_s
-    serial = overhead * sched.perf.eff.api_serial_share  # the API server's own work per request
-    server_free_at = 0.0  # when its event loop is next idle
     sent_at = np.zeros(count)
     ts_t: list[float] = []
     ts_kv: list[float] = []
@@ -239,15 +235,11 @@ def simulate(
 
     def send(at: float) -> bool:
         """The next request is sent at ``at``; False when it was rejected (longer than the context)."""
-        nonlocal nxt, server_free_at
+        nonlocal nxt
         i = nxt
         nxt += 1
         sent_at[i] = at
-        wait = 0.0
-        if serial:
-            wait = max(0.0, server_free_at - at)
-            server_free_at = at + wait + serial
-        r = make(i, at + wait + overhead)
+        r = make(i, at + overhead)
         if r is None:
             return False
         heapq.heappush(in_flight, (r.arrival, r.rid, r))

@@ -109,34 +109,6 @@ def test_request_overhead_adds_to_ttft_and_e2e_only():
     assert np.array_equal(a.arrival_s, b.arrival_s)  # arrivals stay the client's send times
 
 
-def test_api_serial_share_queues_requests_sent_together():
-    """The serial share of the overhead is a FIFO server: a burst waits its turn there, a lone request
-    pays only the overhead, and share 0 keeps the pure delay."""
-    wl = Workload(arrival=poisson(1.0), input=fixed(64), output=fixed(2))
-    burst = wl.sample_requests(5, seed=0)
-    burst.arrival_s = np.zeros(5)  # five requests sent at once
-    overhead = 0.04
-
-    def ttfts(share: float, schedule=burst, n_overhead: float = overhead) -> np.ndarray:
-        eff = default_efficiency("H100").with_(request_overhead_s=n_overhead, api_serial_share=share)
-        return np.sort(
-            simulate(wl, SimConfig(model=CFG.model, gpu=CFG.gpu, efficiency=eff), schedule=schedule).ttft_s
-        )
-
-    lone = wl.sample_requests(1, seed=0)
-    lone.arrival_s = np.zeros(1)
-    alone = ttfts(0.0, lone, 0.0)[0]  # the engine's own time for one request (a few ms)
-    assert alone < 0.01
-    # Spaced by share x overhead (20 ms and more), each request has the engine to itself.
-    for share in (0.5, 1.0):
-        assert np.allclose(ttfts(share), alone + overhead + share * overhead * np.arange(5), atol=1e-9)
-    # Share 0: all five reach the engine together after the overhead and prefill in one step.
-    together = ttfts(0.0)
-    assert np.all(together >= overhead) and np.ptp(together) < 0.01
-    with pytest.raises(ValueError, match="api_serial_share"):
-        default_efficiency("H100").with_(api_serial_share=1.5)
-
-
 def test_closed_loop_clients_are_staggered_not_in_lockstep():
     """With fixed lengths, lockstep clients would prefill all prompts in one step forever."""
     wl = Workload(arrival=fixed_concurrency(8), input=fixed(768), output=fixed(64))
