@@ -60,8 +60,9 @@ def celery_worker(
     """Start ``celery -A workers worker`` consuming only ``queue``; make it this process's default queue.
 
     Ray tasks (``RAY_TASKS``) go to it only with ``ray_tasks=True``: pass that for a worker whose
-    environment points at the test's Ray cluster. The queue is private so a platform running on the same Redis never takes the test's tasks (and
-    never runs them against the wrong database). Yields ``{"process", "queue", "log"}``.
+    environment points at the test's Ray cluster. The queue is private so a platform running on the
+    same Redis never takes the test's tasks (and never runs them against the wrong database). Yields
+    ``{"process", "queue", "log"}``.
     """
     from workers.celery import app
 
