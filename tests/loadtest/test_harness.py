@@ -62,13 +62,24 @@ def test_known_timings_from_the_engines_simulated_vllm_and_its_metrics():
 
 
 def test_chat_api_is_timed_the_same_way():
+    """Chat streams are parsed like completions: every token chunk timed, usage read, and the client
+    never sees the server's pacing early. How much later it sees it is the machine's load: the paced
+    server keeps an absolute schedule, so a late first chunk makes the rest look faster (TPOT below
+    10 ms on a busy host); the accuracy figure is benchmarks.harness's."""
     with paced_server("--ttft-ms", "100", "--tpot-ms", "10") as url:
         wl = Workload(arrival=fixed_concurrency(4), input=fixed(16), output=fixed(16))
         res = run_stage(
             target=_target(url, api="chat"), workload=wl, stage=StageConfig(num_requests=8), sla=Sla()
         )
-    assert res.summary["completed"] == 8
-    assert res.summary["tpot_ms"]["mean"] == pytest.approx(10, rel=0.05)
+    s = res.summary
+    assert s["completed"] == 8 and s["output_tokens"] == 8 * 16
+    done = [r for r in res.records if r.ok]
+    assert len(done) == 8
+    for r in done:
+        assert r.output_tokens == 16 and len(r.chunk_s) == 16
+        assert r.ttft_s >= 0.100 and r.e2e_s >= 0.100 + 15 * 0.010
+    assert s["ttft_ms"]["p50"] == pytest.approx(100, rel=0.25)
+    assert s["tpot_ms"]["mean"] == pytest.approx(10, rel=0.25)
 
 
 def test_unreachable_endpoint_counts_connect_errors_and_completes():
