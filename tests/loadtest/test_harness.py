@@ -75,9 +75,13 @@ def test_chat_api_is_timed_the_same_way():
     assert s["completed"] == 8 and s["output_tokens"] == 8 * 16
     done = [r for r in res.records if r.ok]
     assert len(done) == 8
+    # The client stamps a send after handing the request to its event loop, the server stamps the
+    # receipt in another process: the two can be a fraction of a millisecond apart either way, so the
+    # floor gets 5 ms of slack (seen: E2E 249.91 ms against the 250 ms schedule under load).
+    slack = 0.005
     for r in done:
         assert r.output_tokens == 16 and len(r.chunk_s) == 16
-        assert r.ttft_s >= 0.100 and r.e2e_s >= 0.100 + 15 * 0.010
+        assert r.ttft_s >= 0.100 - slack and r.e2e_s >= 0.100 + 15 * 0.010 - slack
     assert s["ttft_ms"]["p50"] == pytest.approx(100, rel=0.25)
     assert s["tpot_ms"]["mean"] == pytest.approx(10, rel=0.25)
 
