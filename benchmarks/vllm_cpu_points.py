@@ -11,7 +11,7 @@ throughput is output tokens over the level's whole wall time.
 Output (``--out``): the file ``benchmarks.simulator --calibration-points`` and
 ``engines.calibrate.load_points`` read::
 
-    {"model": {ModelSpec of the tiny model}, "gpu": "CPU", "engine": {EngineConfig used},
+    {"model": {ModelSpec of the tiny model}, "gpu": {the CPU preset, peak measured}, "engine": {EngineConfig used},
      "tensor_parallel": 1, "points": [{"concurrency", "input_len", "output_len", "num_requests",
      "ttft_median_s", "tpot_median_s", "throughput_tok_s", ...}], "meta": {host, load, versions}}
 
@@ -295,6 +295,40 @@ def evaluate(data: dict, fit_levels: list[int]) -> dict:
     }
 
 
+def matmul_peak_tflops(threads: int, *, n: int = 512, reps: int = 30) -> float:
+    """This host's dense BF16 matmul rate on the engine's ``threads`` (best of ``reps`` n×n products).
+
+    A CPU has no datasheet peak the way a GPU has; the ``CPU`` preset's 0.2 TFLOPS is a guess, and one
+    AVX-512-BF16 core already multiplies at ~0.5 TFLOPS, so a fit against the preset put MFU at its
+    bound of 1 and could not follow prefill. The point file carries the measured rate as the device's
+    peak instead, so the fitted MFU is the share of what this host's matmuls reach.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a = torch.randn(n, n, dtype=torch.bfloat16)
+        b = torch.randn(n, n, dtype=torch.bfloat16)
+        for _ in range(3):
+            a @ b
+        best = float("inf")
+        for _ in range(reps):
+            t = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t)
+    finally:
+        torch.set_num_threads(before)
+    return 2 * n**3 / best / 1e12
+
+
+def cpu_device(threads: int) -> dict:
+    """The ``CPU`` preset with this host's measured matmul rate as its peak (``matmul_peak_tflops``)."""
+    from engines.presets import gpu_preset, spec_as_dict
+
+    return {**spec_as_dict(gpu_preset("CPU")), "bf16_tflops": round(matmul_peak_tflops(threads), 4)}
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.1f}"
 
@@ -343,6 +377,13 @@ def main(argv: list[str] | None = None) -> int:
     threads = a.threads or default_threads()
     server = None
     started = time.perf_counter()
+    # Measured before vLLM starts, on an otherwise idle host; a server elsewhere (--base-url) keeps
+    # the preset, since this host's matmuls say nothing about that one's.
+    device: dict | str = "CPU" if a.base_url else cpu_device(threads)
+    if isinstance(device, dict):
+        print(
+            f"BF16 matmul on {threads} thread(s): {device['bf16_tflops']:.3f} TFLOPS (the peak)", flush=True
+        )
     if a.base_url:
         base_url = a.base_url.rstrip("/")
     else:
@@ -438,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     cores = len(os.sched_getaffinity(0))
     data = {
         "model": tiny_model_spec(model_path),
-        "gpu": "CPU",
+        "gpu": device,
         "engine": {**ENGINE, "kv_cache_gib": KV_CACHE_GIB},
         "tensor_parallel": 1,
         "points": points,

@@ -9,7 +9,10 @@ request at the moment one finishes. The result is deterministic for a seed.
 Outside the engine: every request reaches the engine ``Efficiency.request_overhead_s`` after the
 client sent it (API server: HTTP, tokenizing, hand-off to the engine core, first SSE chunk), so the
 overhead is part of TTFT and E2E but not of queue time or step time; a closed-loop client's next
-request reaches the engine that much after the previous one finished.
+request reaches the engine that much after the previous one finished. The API server hands requests
+to the engine one at a time (``HANDOFF_GAP_S`` apart at least, in send order), so of several requests
+sent at the same instant an idle engine starts a step on the first and the others wait for the next
+step, as on vLLM; only the order matters, not the gap's size.
 
 Closed-loop clients are staggered (``SimConfig.stagger_closed_loop``, default on): client ``i`` of
 ``n`` sends its first request at ``i * e2e_est / n``, with ``e2e_est`` the perf model's estimate of one
@@ -38,6 +41,10 @@ from engines.specs import GpuSpec, ModelSpec
 from engines.workload import RequestSchedule, Workload
 
 _GROUP_SPACING = 1 << 24
+# The API server hands requests to the engine core one at a time: requests sent at the same instant
+# reach the engine at least this far apart, in send order, so an idle engine starts a step on the first
+# before the next arrives (what vLLM does; fits that were given a spread put it at this floor).
+HANDOFF_GAP_S = 1e-6
 
 
 @dataclass(slots=True)
@@ -232,14 +239,17 @@ def simulate(
     add = sched.add_request
     # Requests sent but not yet at the engine, as (engine arrival, index, request).
     in_flight: list[tuple[float, int, Request]] = []
+    last_handoff = -1.0
 
     def send(at: float) -> bool:
         """The next request is sent at ``at``; False when it was rejected (longer than the context)."""
-        nonlocal nxt
+        nonlocal nxt, last_handoff
         i = nxt
         nxt += 1
         sent_at[i] = at
-        r = make(i, at + overhead)
+        reach = max(at + overhead, last_handoff + HANDOFF_GAP_S)
+        last_handoff = reach
+        r = make(i, reach)
         if r is None:
             return False
         heapq.heappush(in_flight, (r.arrival, r.rid, r))

@@ -124,3 +124,23 @@ def test_closed_loop_clients_are_staggered_not_in_lockstep():
     assert np.median(staggered.ttft_s) < 2 * ttft_1
     # The closed loop still holds 8 in flight once ramped up.
     assert staggered.timeseries["running"].max() <= 8
+
+
+def test_requests_sent_together_reach_an_idle_engine_one_at_a_time():
+    """Clients that send together: the API server hands their requests over one by one, so an idle
+    engine prefills the first alone and the others together in the next step (as vLLM does), not all
+    of them in one step."""
+
+    def run(concurrency: int, n: int):
+        eff = default_efficiency("H100").with_(request_overhead_s=0.003)
+        cfg = SimConfig(model=CFG.model, gpu=CFG.gpu, efficiency=eff, stagger_closed_loop=False)
+        wl = Workload(arrival=fixed_concurrency(concurrency), input=fixed(768), output=fixed(16))
+        return simulate(wl, cfg, seed=3, n=n)
+
+    single = run(1, 1).ttft_s[0]
+    four = run(4, 4).ttft_s
+    first = int(np.argmin(four))
+    assert first == 0 and four[0] == pytest.approx(single, rel=0.01)  # the first sent, prefilled alone
+    others = np.delete(four, 0)
+    assert np.allclose(others, others[0])  # the other three shared the next prefill step
+    assert others[0] > 2.5 * single  # ... after waiting for the first one's step
