@@ -76,27 +76,26 @@ class HeaderLimitedHttpToolsProtocol(HttpToolsProtocol):
     def shutdown(self) -> None:
         """The worker is stopping (SIGTERM, or a rolling restart).
 
-        uvicorn closes an idle keep-alive connection at once, so a request the client has just sent
-        on it (still in flight, or half-read) is lost and the client sees a reset. Instead, an idle
-        connection stays open for up to ``DRAIN_IDLE_S``: a request arriving meanwhile is answered
-        with ``connection: close`` (the client then knows not to reuse it); a busy one finishes its
-        response and closes, as in uvicorn. Clients close connections they stopped using well
-        before that (httpx and the OpenAI SDK after 5 s), which ends the drain early.
+        uvicorn closes an idle keep-alive connection at once, and a busy one right after its
+        response, whose head had promised keep-alive: either way a client that sends its next
+        request on the connection just then (still in flight, or half-read) loses it and sees a
+        reset. Instead every connection stays open for up to ``DRAIN_IDLE_S``: the response in
+        flight ends as promised, and the next request arriving meanwhile is answered with
+        ``connection: close`` (the client then knows not to reuse the connection). Clients close
+        connections they stopped using well before that (httpx and the OpenAI SDK after 5 s),
+        which ends the drain early.
         """
-        if self.cycle is None or self.cycle.response_complete:
-            self._draining = True
-            self.loop.call_later(DRAIN_IDLE_S, self._close_if_idle)
-        else:
-            self.cycle.keep_alive = False
+        self._draining = True
+        self.loop.call_later(DRAIN_IDLE_S, self._close_if_idle)
 
     def _close_if_idle(self) -> None:
         if self.transport is None or self.transport.is_closing():
             return
-        if (
-            self._receiving
-            or (self.cycle is not None and not self.cycle.response_complete)
-            or self._bytes_waiting()
-        ):
+        if self.cycle is not None and not self.cycle.response_complete:
+            # Still streaming after the grace: close right after this response, as uvicorn does.
+            self.cycle.keep_alive = False
+            return
+        if self._receiving or self._bytes_waiting():
             # A request arrived (or is in the socket, not yet read): its response closes the
             # connection (keep_alive is off).
             self.loop.call_later(0.1, self._close_if_idle)
