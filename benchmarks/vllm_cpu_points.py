@@ -377,16 +377,15 @@ def main(argv: list[str] | None = None) -> int:
     threads = a.threads or default_threads()
     server = None
     started = time.perf_counter()
-    # Measured before vLLM starts, on an otherwise idle host; a server elsewhere (--base-url) keeps
-    # the preset, since this host's matmuls say nothing about that one's.
-    device: dict | str = "CPU" if a.base_url else cpu_device(threads)
-    if isinstance(device, dict):
-        print(
-            f"BF16 matmul on {threads} thread(s): {device['bf16_tflops']:.3f} TFLOPS (the peak)", flush=True
-        )
+    # A server elsewhere (--base-url) keeps the preset: this host's matmuls say nothing about that one's.
+    device: dict | str = "CPU"
     if a.base_url:
         base_url = a.base_url.rstrip("/")
     else:
+        device = cpu_device(threads)  # before vLLM starts, on an otherwise idle host
+        print(
+            f"BF16 matmul on {threads} thread(s): {device['bf16_tflops']:.3f} TFLOPS (the peak)", flush=True
+        )
         server = vllm_server_start(
             model_path=model_path,
             served_model_name=MODEL_NAME,
