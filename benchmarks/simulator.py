@@ -23,7 +23,9 @@
    "points": [...]}``. More files (repeated measurements of the same levels) add each run's held-out
    errors (``calib_runs``) and the spread of the measured medians per level between runs
    (``calib_level_spread_pct``): the noise floor the errors should be judged against; the headline
-   figures stay those of the first file, ``calib_runs_median`` is the median over all files.
+   figures stay those of the first file, ``calib_runs_median`` is the median over all files. With
+   ``--pool`` the headline figures are those of one fit on the runs' mean per level
+   (``pooled_points``), the first file's kept in ``calib_per_run``.
 
     python -m benchmarks.simulator --json var/bench-simulator.json
     python -m benchmarks.simulator --calibration-points var/calibration/tiny-llama-cpu.json
@@ -143,11 +145,57 @@ def interval_pct(rows: list[dict]) -> dict:
     return out
 
 
+def _points_of(data: dict | list) -> list[dict]:
+    return data["points"] if isinstance(data, dict) else data
+
+
+def pooled_points(paths: list[Path]) -> dict:
+    """Repeated runs of the same levels as one points set: per level, the mean of the runs' figures.
+
+    On a shared host the same workload, replayed with the same send times, measured medians up to a
+    quarter apart between two runs (``level_spread``); a fit and its held-out errors against one run
+    carry that noise. The mean over runs carries less. Model, engine and device come from the first
+    file, except a measured device peak, which is the mean over the files. A Poisson level keeps each
+    distinct send schedule once (runs of ``vllm_cpu_points`` replay the same ones).
+    """
+    runs = [json.loads(path.read_text(encoding="utf-8")) for path in paths]
+    runs = [r if isinstance(r, dict) else {"points": r} for r in runs]
+    out = {k: v for k, v in runs[0].items() if k not in ("points", "meta")}
+    peaks = [r["gpu"].get("bf16_tflops") for r in runs if isinstance(r.get("gpu"), dict)]
+    if isinstance(out.get("gpu"), dict) and peaks and all(peaks):
+        out["gpu"] = {**out["gpu"], "bf16_tflops": sum(peaks) / len(peaks)}
+    by_level: dict[str, list[dict]] = {}
+    for run in runs:
+        for point in _points_of(run):
+            by_level.setdefault(level_key(point), []).append(point)
+    pooled = []
+    for same in by_level.values():
+        point = dict(same[0])
+        for key in ("ttft_median_s", "tpot_median_s", "throughput_tok_s", "loadavg_1m_mean"):
+            vals = [p[key] for p in same if p.get(key) is not None]
+            if vals:
+                point[key] = sum(vals) / len(vals)
+        schedules: list = []
+        for p in same:
+            for sched in p.get("schedules") or []:
+                if sched not in schedules:
+                    schedules.append(sched)
+        if schedules:
+            point["schedules"] = schedules
+        point["runs"] = len(same)
+        pooled.append(point)
+    first_meta = runs[0].get("meta") or {}
+    out["meta"] = {**first_meta, "pooled_from": [str(p) for p in paths]}
+    out["points"] = pooled
+    return out
+
+
 def calibration_figures(
-    path: Path, fit_levels: list[str] | None = None, fit_params: tuple[str, ...] | None = None
+    path: Path | dict, fit_levels: list[str] | None = None, fit_params: tuple[str, ...] | None = None
 ) -> dict:
-    """Fit on some load levels of ``path`` and report the errors on the others (module docstring, 3)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    """Fit on some load levels of ``path`` (a points file, or its data) and report the errors on the
+    others (module docstring, 3)."""
+    data = json.loads(path.read_text(encoding="utf-8")) if isinstance(path, Path) else path
     if isinstance(data, list):
         data = {"points": data}
     points = sorted(data.get("points") or [], key=_level)
@@ -212,8 +260,7 @@ def level_spread(paths: list[Path]) -> dict:
     """Per level, how far apart repeated runs measured the medians: 100 * (max - min) / mean."""
     by_level: dict[float, dict[str, list[float]]] = {}
     for path in paths:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        for p in data["points"] if isinstance(data, dict) else data:
+        for p in _points_of(json.loads(path.read_text(encoding="utf-8"))):
             slot = by_level.setdefault(level_key(p), {"ttft": [], "tpot": []})
             slot["ttft"].append(p["ttft_median_s"])
             slot["tpot"].append(p["tpot_median_s"])
@@ -271,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="efficiencies to fit, comma-separated (default: engines.calibrate.CPU_FIT on CPU, else DEFAULT_FIT): "
         "how a candidate parameter is tried against the held-out levels before it joins CPU_FIT",
+    )
+    p.add_argument(
+        "--pool",
+        action="store_true",
+        help="with several points files: fit and judge the mean of the runs per level (headline figures)",
     )
     p.add_argument("--skip-hour", action="store_true", help="only the calibration figures")
     p.add_argument("--json", dest="json_path")
@@ -337,6 +389,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"over {len(runs)} runs, median calib_ttft_err_pct = {med['calib_ttft_err_pct']:.1f}  "
                 f"calib_tpot_err_pct = {med['calib_tpot_err_pct']:.1f}"
             )
+            if a.pool:
+                pooled = calibration_figures(pooled_points(paths), fit_levels, fit_params)
+                _print_calibration(pooled, f"pooled: the mean of {len(paths)} runs per level")
+                out["calib_per_run"] = {k: out[k] for k in calib}
+                out.update(pooled)  # the headline figures are now the pooled fit's
+                out["calib_pooled_runs"] = len(paths)
     else:
         out["calib_ttft_err_pct"] = None
         out["calib_tpot_err_pct"] = None
