@@ -159,14 +159,14 @@ def pooled_points(paths: list[Path]) -> dict:
     distinct send schedule once (runs of ``vllm_cpu_points`` replay the same ones).
     """
     runs = [json.loads(path.read_text(encoding="utf-8")) for path in paths]
-    runs = [r if isinstance(r, dict) else {"points": r} for r in runs]
+    runs = [r if isinstance(r, dict) else {"points": r} for r in runs]  # a bare list of points
     out = {k: v for k, v in runs[0].items() if k not in ("points", "meta")}
     peaks = [r["gpu"].get("bf16_tflops") for r in runs if isinstance(r.get("gpu"), dict)]
     if isinstance(out.get("gpu"), dict) and peaks and all(peaks):
         out["gpu"] = {**out["gpu"], "bf16_tflops": sum(peaks) / len(peaks)}
     by_level: dict[str, list[dict]] = {}
     for run in runs:
-        for point in _points_of(run):
+        for point in run["points"]:
             by_level.setdefault(level_key(point), []).append(point)
     pooled = []
     for same in by_level.values():
