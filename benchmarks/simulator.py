@@ -253,6 +253,9 @@ def _row(r: dict) -> dict:
         "tpot_pred_ms": (q.get("tpot_median_s") or 0) * 1e3,
         "tpot_err_pct": r["tpot_err_pct"],
         "throughput_err_pct": r["throughput_err_pct"],
+        # Engine steps, measured (vLLM's tokens-per-step histogram; newer point files) and simulated.
+        "steps": p.get("server_steps"),
+        "steps_pred": q.get("steps"),
     }
 
 
@@ -279,12 +282,17 @@ def _print_calibration(calib: dict, label: str) -> None:
         f"calibration {label} ({calib['calib_eval']}, fit on levels {calib['calib_fit_levels']}, "
         f"fitted {', '.join(calib['calib_fitted'])}; host load {calib['calib_loadavg']}):"
     )
-    print(f"{'':>9} {'level':>6} {'TTFT ms':>8} {'pred':>7} {'err':>7} {'TPOT ms':>8} {'pred':>7} {'err':>7}")
+    print(
+        f"{'':>9} {'level':>6} {'TTFT ms':>8} {'pred':>7} {'err':>7} {'TPOT ms':>8} {'pred':>7} {'err':>7} "
+        f"{'steps':>6} {'pred':>6}"
+    )
     for kind, rows in (("fit", calib["calib_fit_errors"]), ("held-out", calib["calib_held_out"])):
         for r in rows:
+            steps = f"{r['steps']:>6.0f}" if r.get("steps") is not None else f"{'-':>6}"
             print(
                 f"{kind:>9} {r['level']:>6} {r['ttft_ms']:>8.1f} {r['ttft_pred_ms']:>7.1f} "
-                f"{r['ttft_err_pct']:>+6.1f}% {r['tpot_ms']:>8.2f} {r['tpot_pred_ms']:>7.2f} {r['tpot_err_pct']:>+6.1f}%"
+                f"{r['ttft_err_pct']:>+6.1f}% {r['tpot_ms']:>8.2f} {r['tpot_pred_ms']:>7.2f} {r['tpot_err_pct']:>+6.1f}% "
+                f"{steps} {r.get('steps_pred') or 0:>6}"
             )
     params = {k: f"{v:.3g}" for k, v in calib["calib_params"].items()}
     print(f"  params {params}")

@@ -64,7 +64,11 @@ SERVER_HISTOGRAMS = {
     "server_prefill_mean_s": "vllm:request_prefill_time_seconds",
     "server_itl_mean_s": "vllm:inter_token_latency_seconds",
     "server_e2e_mean_s": "vllm:e2e_request_latency_seconds",
+    # Tokens per engine step (prompt tokens computed plus tokens generated): with the step count,
+    # how the engine composed its batches, which the simulator's steps can be held against.
+    "server_step_tokens_mean": "vllm:iteration_tokens_total",
 }
+STEP_HISTOGRAM = "vllm:iteration_tokens_total"
 
 
 async def scrape_histograms(client: httpx.AsyncClient) -> dict[str, tuple[float, float]]:
@@ -234,6 +238,7 @@ def summarize_level(rounds: list[dict], *, concurrency: int, input_len: int, out
         total = sum(rnd["histograms"][name][0] for rnd in rounds)
         count = sum(rnd["histograms"][name][1] for rnd in rounds)
         server[key] = total / count if count else None
+    server["server_steps"] = sum(rnd["histograms"][STEP_HISTOGRAM][1] for rnd in rounds)
     loads = [x for rnd in rounds for x in rnd["load"]]
     return {
         "concurrency": concurrency,
@@ -475,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{'conc':>4} {'reqs':>4} {'ttft_med_ms':>11} {'tpot_med_ms':>11} {'tok/s':>7} {'wall_s':>6} "
             f"{'ttft_mean_ms':>12} {'srv_ttft_ms':>11} {'srv_queue_ms':>12} {'srv_prefill_ms':>14} "
-            f"{'srv_itl_ms':>10} {'load':>5}"
+            f"{'srv_itl_ms':>10} {'steps':>6} {'tok/step':>8} {'load':>5}"
         )
         for point in points:
             print(
@@ -484,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{point['duration_s']:>6.1f} {point['ttft_mean_s'] * 1e3:>12.1f} "
                 f"{_ms(point['server_ttft_mean_s']):>11} {_ms(point['server_queue_mean_s']):>12} "
                 f"{_ms(point['server_prefill_mean_s']):>14} {_ms(point['server_itl_mean_s']):>10} "
+                f"{point['server_steps']:>6.0f} {point['server_step_tokens_mean'] or 0:>8.1f} "
                 f"{point['loadavg_1m_mean']:>5.1f}"
             )
     finally:

@@ -123,6 +123,7 @@ def simulate_point(
         tpot: list[np.ndarray] = []
         out_tokens = 0.0
         wall = 0.0
+        steps = 0
         for offsets in schedules:
             sched = wl.sample_requests(len(offsets), seed=seed)
             sched.arrival_s = np.asarray(offsets, dtype=np.float64)
@@ -131,11 +132,13 @@ def simulate_point(
             tpot.append(res.tpot_s[~np.isnan(res.tpot_s)])
             out_tokens += float(res.generation_tokens)
             wall += float(res.duration_s)
+            steps += res.steps
         all_ttft, all_tpot = np.concatenate(ttft), np.concatenate(tpot)
         return {
             "ttft_median_s": float(np.median(all_ttft)) if all_ttft.size else None,
             "tpot_median_s": float(np.median(all_tpot)) if all_tpot.size else None,
             "throughput_tok_s": out_tokens / wall if wall else 0.0,
+            "steps": steps,  # engine steps over all rounds, as vLLM's iteration histogram counts them
         }
     res = simulate(wl, cfg, seed=seed, n=n)
     s = res.summary()
@@ -143,6 +146,7 @@ def simulate_point(
         "ttft_median_s": s["ttft_s"]["median"],
         "tpot_median_s": s["tpot_s"]["median"],
         "throughput_tok_s": s["output_throughput"],
+        "steps": res.steps,
     }
 
 
