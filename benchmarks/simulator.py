@@ -171,7 +171,14 @@ def pooled_points(paths: list[Path]) -> dict:
     pooled = []
     for same in by_level.values():
         point = dict(same[0])
-        for key in ("ttft_median_s", "tpot_median_s", "throughput_tok_s", "loadavg_1m_mean"):
+        for key in (
+            "ttft_median_s",
+            "tpot_median_s",
+            "throughput_tok_s",
+            "loadavg_1m_mean",
+            "server_steps",
+            "server_step_tokens_mean",
+        ):
             vals = [p[key] for p in same if p.get(key) is not None]
             if vals:
                 point[key] = sum(vals) / len(vals)
