@@ -58,17 +58,17 @@ KV_CACHE_GIB = 1
 FIRST_PROMPT_ID = 300
 # vLLM's own histograms, scraped around each level: their means split the client's TTFT into queueing,
 # engine prefill and what is left for the API server (HTTP, IPC to the engine core, detokenizing, SSE).
+STEP_HISTOGRAM = "vllm:iteration_tokens_total"
 SERVER_HISTOGRAMS = {
     "server_ttft_mean_s": "vllm:time_to_first_token_seconds",
     "server_queue_mean_s": "vllm:request_queue_time_seconds",
     "server_prefill_mean_s": "vllm:request_prefill_time_seconds",
     "server_itl_mean_s": "vllm:inter_token_latency_seconds",
     "server_e2e_mean_s": "vllm:e2e_request_latency_seconds",
-    # Tokens per engine step (prompt tokens computed plus tokens generated): with the step count,
-    # how the engine composed its batches, which the simulator's steps can be held against.
-    "server_step_tokens_mean": "vllm:iteration_tokens_total",
+    # Tokens per engine step (prompt tokens computed plus tokens generated); the histogram's count is
+    # the step count. Together: how the engine composed its batches, to hold the simulator's against.
+    "server_step_tokens_mean": STEP_HISTOGRAM,
 }
-STEP_HISTOGRAM = "vllm:iteration_tokens_total"
 
 
 async def scrape_histograms(client: httpx.AsyncClient) -> dict[str, tuple[float, float]]:
