@@ -145,14 +145,17 @@ def deployments_reconcile(*, trigger: str = "manual", wait_s: float = LOCK_WAIT_
                 _mark_unreachable(str(exc))
             else:
                 _store_observation(details, invalid=invalid, rejected=rejected)
+            # Stamped before the lock is released: locked_at..finished_at is the critical section,
+            # and _last_accepted_hash orders runs by finished_at, so a run stamped after the next
+            # one took the lock would pass for the newest.
+            run.finished_at = timezone.now()
+            run.save()
     except LockBusy as exc:
         run.outcome = ReconcileRun.Outcome.UNREACHABLE
         run.error = str(exc)
         run.finished_at = timezone.now()
         run.save()
         raise
-    run.finished_at = timezone.now()
-    run.save()
     _prune_runs()
     if unreachable is not None:
         raise unreachable

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import httpx
 import openai
@@ -20,7 +21,7 @@ from django.db import connection, connections
 from django.test import override_settings
 
 from catalog.models import GpuType
-from deployments import services
+from deployments import reconciler, services
 from deployments.models import Deployment, ReconcileRun
 from deployments.ray_client import RayUnreachable
 from deployments.reconciler import LOCK_KEY, deployments_reconcile
@@ -129,6 +130,25 @@ def test_a_reconcile_waits_for_the_lock_held_elsewhere(ray_env, void_queue):
         holder.close()
     thread.join(60)
     assert result["run"].locked_at is not None and result["run"].finished_at is not None
+
+
+def test_a_run_is_stamped_finished_before_it_gives_up_the_lock(ray_env, void_queue, admin_user, monkeypatch):
+    """The next run may take the lock the moment it is released, so the finish stamp (which orders
+    runs for the "last accepted config" check) must already be stored by then, whatever the timing."""
+    _create(admin_user, "stamped")
+    held = reconciler.reconcile_lock
+    stamped_while_held = []
+
+    @contextmanager
+    def watched_lock(**kwargs):
+        with held(**kwargs):
+            yield
+            run = ReconcileRun.objects.get(trigger="stamped")
+            stamped_while_held.append(run.finished_at is not None and run.finished_at >= run.locked_at)
+
+    monkeypatch.setattr(reconciler, "reconcile_lock", watched_lock)
+    deployments_reconcile(trigger="stamped")
+    assert stamped_while_held == [True]
 
 
 def test_concurrent_reconciles_never_interleave(ray_env, void_queue, admin_user):
