@@ -101,10 +101,13 @@ _SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health
 
 
 @pytest.mark.fuzz
+# A one-value parametrize only so that each operation's node id names it (as the other roles' do);
+# schemathesis alone gives all of them one id, and a scheduler keyed by node id would run one.
+@pytest.mark.parametrize("role", ["admin"])
 @schema.parametrize()
 @settings(max_examples=MAX_EXAMPLES, **_SETTINGS)
-def test_api_as_platform_admin_never_answers_5xx_and_matches_its_schema(case, fuzz_users):
-    _call(case, fuzz_users["admin"])
+def test_api_as_platform_admin_never_answers_5xx_and_matches_its_schema(case, role, fuzz_users):
+    _call(case, fuzz_users[role])
 
 
 @pytest.mark.fuzz
