@@ -272,12 +272,31 @@ def trained_path(recipe: Recipe, root: Path = tm.DEFAULT_PATH.parent) -> Path:
 def ensure_trained_model(
     recipe: Recipe = Recipe(), *, root: Path = tm.DEFAULT_PATH.parent, log=print
 ) -> Path:
-    """The trained checkpoint for ``recipe``, training it (a few CPU minutes) when not cached."""
-    import torch
+    """The trained checkpoint for ``recipe``, training it (a few CPU minutes) when not cached.
 
+    Processes that ask at once (two test workers on a fresh clone) train it once: the first holds a
+    lock file beside the checkpoint while it trains, the others wait and then find it published.
+    """
     path = trained_path(recipe, root)
     if (path / TRAINED_MARKER).is_file():
         return path
+    with _publishing_lock(path):
+        if (path / TRAINED_MARKER).is_file():  # trained by another process while this one waited
+            return path
+        return _train(recipe, path, root, log)
+
+
+def _publishing_lock(path: Path):
+    """An exclusive lock on ``path``'s lock file, so only one process builds and publishes ``path``."""
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path.with_name(f".{path.name}.lock")))
+
+
+def _train(recipe: Recipe, path: Path, root: Path, log) -> Path:
+    import torch
+
     base = tm.ensure_tiny_model(Path(root) / f".tiny-llama-base-{recipe.seed}", seed=recipe.seed)
     torch.manual_seed(recipe.seed)
     torch.set_num_threads(recipe.threads)
@@ -372,6 +391,13 @@ def ensure_quantized_model(src: Path, *, bits: int = 4, group_size: int = 64) ->
     marker = path / "governor_quantized.json"
     if marker.is_file():
         return path
+    with _publishing_lock(path):
+        if marker.is_file():  # written by another process while this one waited
+            return path
+        return _quantize(src, path, bits=bits, group_size=group_size)
+
+
+def _quantize(src: Path, path: Path, *, bits: int, group_size: int) -> Path:
     tensors = _read_bf16_safetensors(src / "model.safetensors")
     errors = []
     for name, w in tensors.items():

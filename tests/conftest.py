@@ -23,6 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_QUEUE = f"governor-test-{os.getpid()}"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files that start real vLLM run first: they are the longest, and under ``--dist loadfile``
+    (two workers, ADR 0013) a long file picked up last would leave one worker running it alone."""
+    heavy = {item.path for item in items if item.get_closest_marker("vllm")}
+    items.sort(key=lambda item: item.path not in heavy)  # stable: order within a file is kept
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _ray_task_routes():
     """Reconciles and Ray watches reach only a worker that knows the test's Ray cluster
