@@ -24,8 +24,9 @@ TEST_QUEUE = f"governor-test-{os.getpid()}"
 
 
 def pytest_collection_modifyitems(config, items):
-    """Files that start real vLLM run first: they are the longest, and under ``--dist loadfile``
-    (two workers, ADR 0013) a long file picked up last would leave one worker running it alone."""
+    """Files that start real vLLM (the longest) go ahead of the rest. Serially they run first; under
+    ``--dist loadfile`` (ADR 0013) pytest-xdist hands out the files with the most tests first, so
+    there this order decides only among files with the same number of tests."""
     heavy = {item.path for item in items if item.get_closest_marker("vllm")}
     items.sort(key=lambda item: item.path not in heavy)  # stable: order within a file is kept
 
