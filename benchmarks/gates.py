@@ -81,11 +81,11 @@ def _run(args) -> dict:
     from django.core.management import call_command
 
     from catalog.models import ModelVersion
+    from engines.local import prefix_router, simulated_engine
     from evaluations.demo import BF16_PROFILE, FP8_PROFILE
     from evaluations.gates import gate_run_execute, gate_run_start
     from evaluations.models import GateDecision
     from governor.demo import seed_demo
-    from tests.support.servers import prefix_router, simulated_engine
 
     call_command("migrate", verbosity=0)
     seed_demo()

@@ -28,7 +28,6 @@ import contextlib
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -40,17 +39,12 @@ sys.path.insert(0, str(ROOT))
 
 from engines.workload import Workload, constant, fixed  # noqa: E402
 from loadtest import Sla, StageConfig, Target, run_stage  # noqa: E402
+from procs import free_port as _free_port  # noqa: E402
 
 TPOT_MS = 50.0
 TTFT_MS = 100.0
 OUTPUT_TOKENS = 128
 SCHED_LIMIT_MS = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,13 +42,9 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from procs import free_port  # noqa: E402
+
 MODEL = "bench-rollout"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
