@@ -41,8 +41,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CALIBRATION_DIR = ROOT / "benchmarks" / "calibration"
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
 from engines.calibrate import CPU_FIT, DEFAULT_FIT, calibrate  # noqa: E402
 from engines.memory import estimate_memory  # noqa: E402
 from engines.perf import PerfModel  # noqa: E402
@@ -341,9 +343,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--skip-hour", action="store_true", help="only the calibration figures")
     p.add_argument("--json", dest="json_path")
-    a = p.parse_args(argv)
+    add_smoke_flag(
+        p,
+        duration=20.0,
+        calibration_points=[str(p_) for p_ in sorted(CALIBRATION_DIR.glob("*-run1-peak.json"))],
+    )
+    a = apply_smoke(p.parse_args(argv))
 
-    out: dict = {}
+    out: dict = {"smoke": a.smoke}
     if not a.skip_hour:
         print(
             f"Simulating {a.duration:g} s of Poisson arrivals at {a.rate:g} req/s (Llama-3.1-8B bf16, 1x H100)..."

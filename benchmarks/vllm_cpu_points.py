@@ -39,6 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
 from engines.tiny_model import DEFAULT_PATH, MARKER, ensure_tiny_model  # noqa: E402
 from engines.vllm_cpu import default_threads, vllm_server_start  # noqa: E402
 
@@ -387,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile", action="store_true", help="let vLLM compile with Inductor (slower start)")
     p.add_argument("--evaluate", default=None, help="after measuring, fit on these levels (e.g. 1,8)")
     p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args(argv)
+    add_smoke_flag(p, levels="1,2", requests=4, rounds=1, input_len=16, output_len=8)
+    a = apply_smoke(p.parse_args(argv))
     levels = [int(x) for x in a.levels.split(",") if x.strip()]
     rates = [float(x) for x in a.poisson_rates.split(",") if x.strip()]
 
@@ -514,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
             "total_wall_s": time.perf_counter() - started,
             # A host busier than its cores measured the neighbours too; say so next to the numbers.
             "contended": any(pt["loadavg_1m_max"] > cores for pt in points),
+            "smoke": a.smoke,
         },
     }
     if a.evaluate:
