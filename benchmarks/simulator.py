@@ -247,7 +247,21 @@ def calibration_figures(
         "calib_held_out": [_row(r) for r in rows],
         "calib_loadavg": [p.get("loadavg_1m_mean") for p in points],
         "calib_measured_at": (data.get("meta") or {}).get("measured_at"),
+        # What the calibration may speak for (evaluations.calibrations): the device the points were
+        # measured on (None in files written before it was recorded) and the range they cover.
+        "calib_device": (data.get("meta") or {}).get("device"),
+        "calib_range": calibrated_range(points),
     }
+
+
+def calibrated_range(points: list[dict]) -> dict:
+    """``{input_len|output_len|concurrency|rate: [low, high]}`` over the points (None where absent)."""
+
+    def span(key: str) -> list[float] | None:
+        values = [p[key] for p in points if p.get(key)]
+        return [min(values), max(values)] if values else None
+
+    return {key: span(key) for key in ("input_len", "output_len", "concurrency", "rate")}
 
 
 def _row(r: dict) -> dict:

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
+from engines.device import cpu_device as host_device  # noqa: E402
 from engines.tiny_model import DEFAULT_PATH, MARKER, ensure_tiny_model  # noqa: E402
 from engines.vllm_cpu import default_threads, vllm_server_start  # noqa: E402
 
@@ -516,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
             "total_wall_s": time.perf_counter() - started,
             # A host busier than its cores measured the neighbours too; say so next to the numbers.
             "contended": any(pt["loadavg_1m_max"] > cores for pt in points),
+            # The device the points speak for; a server elsewhere (--base-url) is not this host.
+            "device": None
+            if a.base_url
+            else host_device(peak_tflops=device["bf16_tflops"] if isinstance(device, dict) else None),
             "smoke": a.smoke,
         },
     }

@@ -673,14 +673,27 @@ def _execute(run: BenchmarkRun, progress: _ProgressWriter) -> tuple[dict, list]:
 
 def _prediction_with_intervals(results: dict, basis: dict) -> dict:
     """The prediction's basis; each stage gets the interval of its predicted TTFT and TPOT medians
-    (``p50_interval``, None without a held-out calibration)."""
-    from evaluations.calibrations import with_interval
+    (``p50_interval``, None without a held-out calibration). A stage whose mean lengths or load lie
+    outside the calibrated range says so (``extrapolating``) and gets a wider interval."""
+    from evaluations.calibrations import EXTRAPOLATION_WIDENING, extrapolation, with_interval
 
     iv = basis.get("interval_pct")
     for st in results.get("stages") or []:
+        completed = st.get("completed") or 0
+        offered = st.get("offered") or {}
+        outside = extrapolation(
+            basis.get("calibrated_range"),
+            input_len=st["input_tokens"] / completed if completed and "input_tokens" in st else None,
+            output_len=st["output_tokens"] / completed if completed and "output_tokens" in st else None,
+            concurrency=offered.get("concurrency"),
+            rate=offered.get("rate"),
+        )
+        widen = EXTRAPOLATION_WIDENING if outside else 1.0
+        if outside:
+            st["extrapolating"] = outside
         st["p50_interval"] = {
-            "ttft_ms": with_interval((st.get("ttft_ms") or {}).get("p50"), iv, "ttft"),
-            "tpot_ms": with_interval((st.get("tpot_ms") or {}).get("p50"), iv, "tpot"),
+            "ttft_ms": with_interval((st.get("ttft_ms") or {}).get("p50"), iv, "ttft", widen=widen),
+            "tpot_ms": with_interval((st.get("tpot_ms") or {}).get("p50"), iv, "tpot", widen=widen),
         }
     return basis
 

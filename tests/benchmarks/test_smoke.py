@@ -21,7 +21,14 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = {
     "billing": (("rollup_events_per_s", "cost_page_p95_ms", "events", "conditions"), (), [pytest.mark.slow]),
     "simulator": (
-        ("sim_hour_wall_s", "predictions", "calib_ttft_err_pct", "calib_tpot_err_pct", "calib_held_out"),
+        (
+            "sim_hour_wall_s",
+            "predictions",
+            "calib_ttft_err_pct",
+            "calib_tpot_err_pct",
+            "calib_device",
+            "calib_range",
+        ),
         (),
         [],
     ),
