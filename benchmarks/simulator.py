@@ -110,9 +110,10 @@ def _level(point: dict) -> float:
 
 def level_key(point: dict) -> str:
     """``c<N>`` for a closed loop of N clients, ``r<R>`` for Poisson arrivals at R req/s."""
+    shape = f"@{point['shape']}" if point.get("shape") else ""
     if point.get("concurrency"):
-        return f"c{int(point['concurrency'])}"
-    return f"r{float(point['rate']):g}"
+        return f"c{int(point['concurrency'])}{shape}"
+    return f"r{float(point['rate']):g}{shape}"
 
 
 def parse_fit_levels(text: str) -> list[str]:
@@ -124,7 +125,9 @@ def parse_fit_levels(text: str) -> list[str]:
 
 
 def default_fit_levels(points: list[dict]) -> list[str]:
-    """The closed-loop extremes and the lowest Poisson rate: more than two levels, both arrival kinds."""
+    """The closed-loop extremes and the lowest Poisson rate: more than two levels, both arrival kinds.
+    Points of other length shapes (``shape``) are never fitted on: they test the fit on unseen shapes."""
+    points = [p for p in points if not p.get("shape")]
     closed = sorted({int(p["concurrency"]) for p in points if p.get("concurrency")})
     rates = sorted({float(p["rate"]) for p in points if not p.get("concurrency")})
     keys = [f"c{c}" for c in ([closed[0], closed[-1]] if len(closed) >= 3 else closed)]
@@ -228,13 +231,19 @@ def calibration_figures(
     result = calibrate(fit, model, gpu, engine, tensor_parallel=tp, fit=names)
     rows = result.predict(held)
 
-    def worst(metric: str) -> float | None:
+    def worst(metric: str, rows: list[dict] = rows) -> float | None:
         vals = [abs(r[f"{metric}_err_pct"]) for r in rows if r.get(f"{metric}_err_pct") is not None]
         return max(vals) if vals else None
 
+    shape_rows = [r for r in rows if r["point"].get("shape")] if mode == "held-out" else []
     return {
         "calib_ttft_err_pct": worst("ttft"),
         "calib_tpot_err_pct": worst("tpot"),
+        # The same worst error over the held-out points of length shapes the fit never saw (None
+        # when the points file measured no other shape: vllm_cpu_points --shapes).
+        "calib_shape_ttft_err_pct": worst("ttft", shape_rows) if shape_rows else None,
+        "calib_shape_tpot_err_pct": worst("tpot", shape_rows) if shape_rows else None,
+        "calib_shapes": sorted({r["point"]["shape"] for r in shape_rows}),
         "calib_throughput_err_pct": worst("throughput"),
         "calib_median_err_pct": result.median_abs_error_pct(rows),
         "calib_interval_pct": interval_pct(rows),
