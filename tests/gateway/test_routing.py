@@ -150,6 +150,26 @@ def test_a_failing_deployment_is_not_tried_again_while_ejected(gateway, secret, 
     assert _connect_failures(gateway) == before
 
 
+@pytest.mark.parametrize("fail_status,ejects", [(500, False), (503, True)])
+def test_only_answers_that_say_the_deployment_is_down_eject_it(gateway, gw_tmp, secret, fail_status, ejects):
+    """A 500 may be about one request: ejecting on it would let one tenant's crafted request take the
+    model from every tenant. 502/503/504 say the deployment is down: it is ejected (then 503 +
+    Retry-After from the gateway itself, without asking the deployment again)."""
+    proc, url = start_fake(gw_tmp, name=f"fails-{fail_status}", fail_status=fail_status)
+    try:
+        publish(gateway, route("sim-llama", (1, f"fails-{fail_status}", url, 1.0)))
+        first = _post(gateway, secret)
+        assert first.status_code == fail_status and first.headers["x-governor-deployment"]
+        second = _post(gateway, secret)
+        if ejects:
+            assert second.status_code == 503 and second.json()["error"]["code"] == "no_deployment"
+            assert int(second.headers["retry-after"]) >= 1
+        else:
+            assert second.status_code == 500 and second.headers["x-governor-deployment"] == "fails-500"
+    finally:
+        proc.stop()
+
+
 @pytest.mark.parametrize("status", ["UNKNOWN", "UNHEALTHY", "DEPLOYING"])
 def test_a_target_whose_health_is_unknown_or_failing_gets_no_traffic(
     gateway, engine_a, secret, tenant, status
