@@ -200,6 +200,7 @@ def test_a_tenant_admin_cannot_point_the_webhook_at_an_internal_address(tenant_a
     assert r.status_code == 400
     text = r.content.decode()
     assert "cannot be used" in text and "OUTBOUND_ALLOWED_DESTINATIONS" in text
+    assert "navbar" in text and 'id="notifications"' in text  # the console's page, not a bare text
     assert not TenantWebhook.objects.exists()
     assert not AuditEvent.objects.filter(action="tenant_webhook.set").exists()
 
