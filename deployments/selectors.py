@@ -39,9 +39,10 @@ def routing_table() -> dict:
     """``{public_name: {"long_context_threshold", "tenant_ids", "targets": [...]}}`` for the gateway's
     snapshot (``tenant_ids``: the tenants that may use the name, or None for every tenant).
 
-    Every live target is listed with its observed ``status``; the gateway sends traffic only to
-    RUNNING ones with a positive weight. Stopped and failed deployments stay listed so the gateway
-    can say why a model is unavailable.
+    Every live target is listed with the status the console may claim now (``display_status``: one
+    Ray reported before this platform started reads UNKNOWN until Ray has been heard from again); the
+    gateway sends traffic only to RUNNING ones with a positive weight. Stopped, failed and unknown
+    deployments stay listed so the gateway can say why a model is unavailable.
     """
     table: dict = {}
     targets = RouteTarget.objects.select_related("deployment__model_version__model").filter(
@@ -65,7 +66,7 @@ def routing_table() -> dict:
                     "engine_model": t.deployment.effective_served_model_name,
                     "weight": t.weight,
                     "pool": t.deployment.pool,
-                    "status": t.deployment.status,
+                    "status": t.deployment.display_status,
                 }
                 for t in sorted(route.targets.all(), key=lambda t: t.deployment.slug)
             ],

@@ -229,6 +229,8 @@ class Sink:
         "arrival",
         "first_token",
         "last_token",
+        "started",
+        "token_times",
     )
 
     def __init__(self) -> None:
@@ -243,6 +245,10 @@ class Sink:
         self.arrival = 0.0
         self.first_token = -1.0
         self.last_token = -1.0
+        # Fixed-timing mode: when the request got its slot, and (when the request asked for
+        # ``governor_timings``) the engine's own monotonic time of each token.
+        self.started = -1.0
+        self.token_times: list[float] | None = None
 
     def wake(self) -> None:
         cb = self.listener
@@ -465,6 +471,7 @@ class FixedEngine:
             if sink.done:
                 continue
             sink.req = None
+            sink.started = now
             blocks = self._blocks(p + m)
             self._blocks_used += blocks
             self.running[rid] = (sink, p, m, blocks, now)
@@ -529,6 +536,8 @@ class FixedEngine:
             sink, p, m, blocks, _start = entry
             sink.available += 1
             self.generation_tokens += 1
+            if sink.token_times is not None:
+                sink.token_times.append(now)
             if sink.available == 1:
                 sink.first_token = now
                 self.prompt_tokens += p
@@ -923,6 +932,8 @@ class OpenAIApp:
             sink = engine.submit(prompt_tokens=parsed.prompt_tokens, max_tokens=n_out, hashes=hashes)
         except ValueError as exc:
             raise ApiError(400, str(exc), code="invalid_value") from exc
+        if body.get("governor_timings") is True:
+            sink.token_times = []  # no token is out yet: they come from the engine's next ticks
         disconnected = False
 
         async def watch() -> None:
@@ -963,12 +974,16 @@ class OpenAIApp:
                     choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
                     obj = "text_completion"
                 self.metrics.success[reason] = self.metrics.success.get(reason, 0) + 1
-                await self._json(
-                    send,
-                    200,
-                    {"id": rid, "object": obj, "created": created, "model": self.model_name, "choices": [choice],
-                     "usage": usage},
-                )  # fmt: skip
+                out = {"id": rid, "object": obj, "created": created, "model": self.model_name, "choices": [choice],
+                       "usage": usage}  # fmt: skip
+                if sink.token_times is not None and sink.started >= 0:
+                    # The engine's own clock, so tests bound the timing the engine kept rather than
+                    # what a client starved of CPU happened to see.
+                    out["governor_timings"] = {
+                        "queued_s": sink.started - sink.arrival,
+                        "token_s": [t - sink.started for t in sink.token_times],
+                    }
+                await self._json(send, 200, out)
         finally:
             watcher.cancel()
             if not sink.done or disconnected:

@@ -92,6 +92,12 @@ def _may_use(key: KeyInfo, tenant: TenantInfo, route) -> bool:
     return key.models is None or route.name in key.models
 
 
+# Answers that say the deployment itself is unavailable, which eject it for ``eject_s``. A 500 may
+# be about one request (vLLM answers 500 for some inputs it cannot handle); ejecting on it would let
+# one tenant's crafted request take a model away from every tenant.
+EJECTING_STATUSES = frozenset({502, 503, 504})
+
+
 class _Period:
     """Caches the current budget period key per period kind until it ends."""
 
@@ -407,12 +413,15 @@ class Gateway:
             body["max_tokens"] = max_tokens
         candidates = self.router.candidates(route, prompt_est)
         if not candidates:
+            # Unknown (not heard from since the start), failing or ejected: 503 with a time to retry.
+            retry_s = self.router.retry_after_s(route.targets)
             await send_error(
                 send,
                 503,
-                f"no running deployment serves '{model}' right now",
+                f"no healthy deployment serves '{model}' right now; retry after {retry_s}s",
                 "service_unavailable",
                 "no_deployment",
+                headers=[(b"retry-after", str(retry_s).encode())],
                 reason="no_deployment",
             )
             return
@@ -633,19 +642,23 @@ class _Request:
                 last_exc = exc
                 resp = None
         if resp is None:
-            self.status, self.error_type, self.http_status = "error", "upstream_unavailable", 502
+            # Nothing answered a connection (each failure ejected its target): the service is
+            # unavailable for now rather than broken, so 503 with when to retry, not 502.
+            retry_s = gw.router.retry_after_s(candidates)
+            self.status, self.error_type, self.http_status = "error", "upstream_unavailable", 503
             await self._finish_without_output()
             await send_json(
                 send,
-                502,
+                503,
                 error_body(
-                    f"no deployment of '{self.model}' could be reached ({type(last_exc).__name__})",
-                    "upstream_error",
+                    f"no deployment of '{self.model}' could be reached"
+                    f"{f' ({type(last_exc).__name__})' if last_exc else ''}; retry after {retry_s}s",
+                    "service_unavailable",
                     "upstream_unavailable",
                 ),
-                self._headers(rl_headers),
+                [*self._headers(rl_headers), (b"retry-after", str(retry_s).encode())],
             )
-            m.child(m.REQUESTS, self.model, "502").inc()
+            m.child(m.REQUESTS, self.model, "503").inc()
             return
         try:
             if resp.status != 200:
@@ -764,7 +777,7 @@ class _Request:
             data = await resp.read_all()
         except READ_ERRORS:
             data = b""
-        if resp.status >= 500:
+        if resp.status in EJECTING_STATUSES:
             self.gw.router.mark_failed(self.target)
         self.status, self.error_type, self.http_status = "error", f"upstream_{resp.status}", resp.status
         await self._finish_without_output()

@@ -253,6 +253,11 @@ BENCHMARK_API_KEY = env_str("BENCHMARK_API_KEY", "")
 # (ADR 0007: the catalog names it here rather than importing the evaluations app).
 GOVERNOR_PROMOTION_GATE = "evaluations.selectors.version_gate_status"
 
+# Outbound calls to URLs users set (tenant webhooks) never reach loopback, private, link-local or
+# metadata addresses (governor.outbound, ADR 0016), except the destinations listed here by the
+# platform admin: host names, host:port, addresses or CIDR networks, comma-separated.
+OUTBOUND_ALLOWED_DESTINATIONS = env_list("OUTBOUND_ALLOWED_DESTINATIONS", [])
+
 # Budget notifications email tenant admins; the console backend (stdout) unless a real one is set.
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")

@@ -126,6 +126,32 @@ def latency_percentiles(*, tenant_id: int | None, since: dt.datetime, until: dt.
     }
 
 
+def spend_forecast(
+    *,
+    spent_nanos: int,
+    cap_nanos: int | None,
+    period_start: dt.datetime,
+    period_end: dt.datetime,
+    at: dt.datetime,
+) -> tuple[int, dt.datetime | None]:
+    """End-of-period spend at the period's average burn rate, and when that rate reaches the cap.
+
+    The cap date is None when nothing burns, there is no cap, the cap is already passed (the page
+    says so) or the date lies past the period. It is compared in seconds before any date is built:
+    a large cap over a tiny spend puts it centuries out, past ``datetime.max``.
+    """
+    elapsed = max((at - period_start).total_seconds(), 1.0)
+    length = (period_end - period_start).total_seconds()
+    rate = spent_nanos / elapsed  # nanos per second
+    forecast = int(rate * length)
+    if rate <= 0 or not cap_nanos or spent_nanos >= cap_nanos:
+        return forecast, None
+    offset_s = cap_nanos / rate
+    if offset_s >= length:
+        return forecast, None
+    return forecast, period_start + dt.timedelta(seconds=offset_s)
+
+
 def budget_burndown(*, tenant: Tenant, at: dt.datetime | None = None) -> dict | None:
     """Cumulative spend per day of the current budget period, with a linear end-of-period forecast.
 
@@ -139,6 +165,7 @@ def budget_burndown(*, tenant: Tenant, at: dt.datetime | None = None) -> dict | 
         return None
     at = at or timezone.now()
     key, start, end = period_bounds(period=budget.period, at=at)
+    cap = budget.hard_cap_nanos if budget.hard_cap_nanos is not None else budget.amount_nanos
     days = list(
         daily_rollups(tenant_id=tenant.pk, since=start, until=end)
         .values("bucket_start")
@@ -150,17 +177,9 @@ def budget_burndown(*, tenant: Tenant, at: dt.datetime | None = None) -> dict | 
         running += d["cost"] or 0
         cumulative.append({"day": d["bucket_start"], "spent_usd": _usd(running)})
     spent = running
-    elapsed = max((at - start).total_seconds(), 1.0)
-    length = (end - start).total_seconds()
-    rate = spent / elapsed  # nanos per second
-    forecast = int(rate * length)
-    cap = budget.hard_cap_nanos if budget.hard_cap_nanos is not None else budget.amount_nanos
-    cap_at = None
-    if rate > 0 and cap:
-        when = start + dt.timedelta(seconds=cap / rate)
-        cap_at = when if when < end else None
-        if spent >= cap:
-            cap_at = None  # already passed: the page says so from ``over_cap``
+    forecast, cap_at = spend_forecast(
+        spent_nanos=spent, cap_nanos=cap, period_start=start, period_end=end, at=at
+    )
     return {
         "budget": budget,
         "period_key": key,

@@ -68,9 +68,12 @@ class TenantWebhookView(PlatformUserRequiredMixin, View):
         try:
             tenant_webhook_set(tenant=tenant, url=request.POST.get("url", ""), actor=request.user)
         except ValidationError as exc:
-            return HttpResponse(
-                f"Webhook not saved: {' '.join(m for ms in exc.message_dict.values() for m in ms)}",
-                status=400,
-            )
+            # The notifications page again, with the reason on it (an internal address says which
+            # rule refused it), answered 400 so that nothing reads it as saved.
+            reasons = " ".join(m for ms in exc.message_dict.values() for m in ms)
+            messages.error(request, f"Webhook of {tenant.name} not saved: {reasons}")
+            response = NotificationListView().get(request)
+            response.status_code = 400
+            return response
         messages.success(request, f"Webhook of {tenant.name} saved.")
         return redirect(reverse("billing:notification_list"))
