@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.simulator import calibration_figures, level_spread, pooled_points
 
 
@@ -52,6 +54,7 @@ def test_a_pooled_set_is_fitted_like_a_file(tmp_path):
     assert figures["calib_ttft_err_pct"] is not None
 
 
+@pytest.mark.slow  # minutes of a busy machine's time: outside --fast
 def test_points_of_other_length_shapes_are_held_out_and_reported_apart():
     """``vllm_cpu_points --shapes`` adds points of other lengths; the fit never sees them and their
     worst error is reported on its own (``calib_shape_*``), so "≤ 15 %" covers unseen shapes too."""
