@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                 prefix = f"evbench-{uuid.uuid4().hex[:8]}:"
                 gw, gw_port = start_gateway(a.redis_url, prefix, work)
                 procs.append(gw)
-                publish_snapshot(a.redis_url, prefix, [port], limits=True)
-                wait_snapshot(gw_port)
+                version = publish_snapshot(a.redis_url, prefix, [port], limits=True)
+                wait_snapshot(gw_port, version)
             except Exception as exc:  # noqa: BLE001 - the direct figure still stands; say why
                 out["gateway_error"] = f"{type(exc).__name__}: {exc}"
                 print(f"gateway did not start ({out['gateway_error']}); reporting the direct figure")

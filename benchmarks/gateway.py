@@ -99,15 +99,10 @@ def start_gateway(redis_url: str, prefix: str, work: Path, workers: int = 1) -> 
     return p, port
 
 
-def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limits: bool) -> None:
-    """A snapshot like the console's: one tenant with limits and a budget, one key, one route."""
-    import redis
-
-    version = time.time_ns() // 1000
+def snapshot_sections(engine_ports: list[int], limits: bool) -> dict[str, dict]:
+    """The two sections the console publishes: one tenant with limits and a budget, one key, one route."""
     big = 1_000_000_000
-    snap = {
-        "version": version,
-        "generated_at": time.time(),
+    tenancy = {
         "keys": {
             hashlib.sha256(SECRET.encode()).hexdigest(): {
                 "id": 1, "prefix": SECRET[:10], "tenant_id": 1, "models": None, "expires_at": None,
@@ -124,6 +119,9 @@ def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limit
                 } if limits else None,
             }
         },
+        "prices": {MODEL: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
+    }  # fmt: skip
+    routes = {
         "routes": {
             MODEL: {
                 "long_context_threshold": None,
@@ -136,25 +134,38 @@ def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limit
                     for i, port in enumerate(engine_ports)
                 ],
             }
-        },
-        "prices": {MODEL: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
+        }
     }  # fmt: skip
+    return {"tenancy": tenancy, "routes": routes}
+
+
+def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limits: bool) -> int:
+    """Publish both sections through the product's own writer (``gateway.publish``), as the console
+    does; returns the snapshot version the gateway will report once it serves them."""
+    import redis
+
+    from gateway.publish import publish_section
+
     r = redis.Redis.from_url(redis_url)
-    r.set(prefix + "snapshot", orjson.dumps(snap))
-    r.set(prefix + "snapshot:version", version)
-    r.publish(prefix + "snapshot", version)
-    r.close()
+    try:
+        version = 0
+        for section, data in snapshot_sections(engine_ports, limits).items():
+            version = publish_section(r, prefix=prefix, section=section, data=data)
+        return version
+    finally:
+        r.close()
 
 
-def wait_snapshot(port: int, timeout: float = 10) -> None:
+def wait_snapshot(port: int, version: int = 1, timeout: float = 30) -> None:
+    """Wait until the gateway serves snapshot ``version`` (or a later one)."""
     import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if httpx.get(f"http://127.0.0.1:{port}/healthz").json()["snapshot_version"]:
+        if httpx.get(f"http://127.0.0.1:{port}/healthz").json()["snapshot_version"] >= version:
             return
         time.sleep(0.05)
-    raise RuntimeError("gateway did not load the snapshot")
+    raise RuntimeError(f"gateway did not load snapshot version {version} within {timeout} s")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -443,8 +454,8 @@ def main(argv: list[str] | None = None) -> int:
         procs.append(nodelay)
         gw, gw_port = start_gateway(a.redis_url, prefix, work, a.gateway_workers)
         procs.append(gw)
-        publish_snapshot(a.redis_url, prefix, engines, limits=not a.no_limits)
-        wait_snapshot(gw_port)
+        version = publish_snapshot(a.redis_url, prefix, engines, limits=not a.no_limits)
+        wait_snapshot(gw_port, version)
         if a.gateway_workers > 1:
             time.sleep(3)  # every worker has booted and loaded the snapshot (the poll runs each second)
 
@@ -491,8 +502,8 @@ def main(argv: list[str] | None = None) -> int:
                 break  # two real failures in a row: stop climbing
 
         # CPU per request: no-delay engine, moderate concurrency, gateway CPU from /proc.
-        publish_snapshot(a.redis_url, prefix, [nd_port], limits=not a.no_limits)
-        time.sleep(0.5)
+        version = publish_snapshot(a.redis_url, prefix, [nd_port], limits=not a.no_limits)
+        wait_snapshot(gw_port, version)
         run_load([gw_port], 16, 0.5, 1.0, 2)  # warm the path
         cpu0 = cpu_seconds(gw.pid)
         load = run_load([gw_port], 16, 0.0, a.cpu_requests_s, 2)
