@@ -85,7 +85,7 @@ def _run(args) -> dict:
     from evaluations.gates import gate_run_execute, gate_run_start
     from evaluations.models import GateDecision
     from governor.demo import seed_demo
-    from tests.support.servers import prefix_router, simulated_engine
+    from loadtest.local_servers import prefix_router, simulated_engine
 
     call_command("migrate", verbosity=0)
     seed_demo()

@@ -689,6 +689,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--quick", action="store_true")
     p.add_argument(
+        "--cpu-only", action="store_true", help="only the CPU-per-request figure (no overhead, no ladder)"
+    )
+    p.add_argument(
         "--smoke", action="store_true", help="seconds, tiny sizes: checks that it runs (a test runs it)"
     )
     p.add_argument(
@@ -746,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
 
         rows = {}
         engine_pids = [p.pid for p in procs[: a.engines]]
-        for c in (1, 64):
+        for c in () if a.cpu_only else (1, 64):
             cpu = {"gw": 0.0, "engine": 0.0}
 
             def on_via(before=None, cpu=cpu):
@@ -766,7 +769,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  c={c}: done", file=sys.stderr)
         ladder = []
         max_streams = 0
-        for c in [int(x) for x in a.ladder.split(",") if x]:
+        for c in [] if a.cpu_only else [int(x) for x in a.ladder.split(",") if x]:
             direct, via = run_pair(engines, gw_port, c, a)
             row = compare(direct, via) | {"concurrency": c, "load_average_1m": os.getloadavg()[0]}
             # A stage whose direct baseline missed the engine's own 20 ms TTFT by more than 20 ms
@@ -795,27 +798,32 @@ def main(argv: list[str] | None = None) -> int:
         cpu1 = cpu_seconds(gw.pid)
         cpu_ms = (cpu1 - cpu0) * 1000 / max(1, load["requests"] + load["errors"])
 
-        c64 = rows[64]
         results.update(
             {
-                "added_ttft_p50_ms": c64["added_ttft_p50_ms"],
-                "added_ttft_p99_ms": c64["added_ttft_p99_ms"],
-                "added_e2e_p50_ms": c64["added_e2e_p50_ms"],
-                "added_e2e_p99_ms": c64["added_e2e_p99_ms"],
-                "c1": rows[1],
-                "c64": c64,
-                "ladder": ladder,
-                "max_streams": max_streams,
                 "cpu_ms_per_request": cpu_ms,
                 "cpu_requests": load["requests"],
                 "cpu_errors": load["errors"],
-                "paced_gateway_cpu_ms_per_request": c64["paced_gateway_cpu_ms_per_request"],
-                "paced_engine_cpu_ms_per_request": c64["paced_engine_cpu_ms_per_request"],
-                "paced_client_cpu_ms_per_request": c64["paced_client_cpu_ms_per_request"],
                 "load_average_at_start": load_at_start,
                 "load_average_at_end": os.getloadavg(),
             }
         )
+        if not a.cpu_only:
+            c64 = rows[64]
+            results.update(
+                {
+                    "added_ttft_p50_ms": c64["added_ttft_p50_ms"],
+                    "added_ttft_p99_ms": c64["added_ttft_p99_ms"],
+                    "added_e2e_p50_ms": c64["added_e2e_p50_ms"],
+                    "added_e2e_p99_ms": c64["added_e2e_p99_ms"],
+                    "c1": rows[1],
+                    "c64": c64,
+                    "ladder": ladder,
+                    "max_streams": max_streams,
+                    "paced_gateway_cpu_ms_per_request": c64["paced_gateway_cpu_ms_per_request"],
+                    "paced_engine_cpu_ms_per_request": c64["paced_engine_cpu_ms_per_request"],
+                    "paced_client_cpu_ms_per_request": c64["paced_client_cpu_ms_per_request"],
+                }
+            )
     finally:
         for proc in procs:
             proc.terminate()
@@ -825,7 +833,14 @@ def main(argv: list[str] | None = None) -> int:
         _forget_prefix(a.redis_url, prefix)
         shutil.rmtree(work, ignore_errors=True)
 
-    print_table(results)
+    if a.cpu_only:
+        la, lb = results["load_average_at_start"], results["load_average_at_end"]
+        print(
+            f"cpu_ms_per_request {results['cpu_ms_per_request']:.3f} ({results['cpu_requests']} no-delay streams, "
+            f"{results['cpu_errors']} errors; load average {la[0]:.2f} -> {lb[0]:.2f})"
+        )
+    else:
+        print_table(results)
     if a.json_path:
         Path(a.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json_path).write_text(json.dumps(results, indent=2, default=float))
