@@ -1,4 +1,9 @@
-"""The gateway's minimal Redis client against the real Redis: replies, errors, unknown scripts."""
+"""The gateway's minimal Redis client against real Redis servers: replies, errors, unknown scripts;
+and, against a ``redis-server`` of its own with a password, database 5 and TLS, the attacks on the
+connection itself. Who: anyone who can read or answer traffic between the gateway and Redis (the
+password must never cross in clear, a server without the right certificate must be refused), and
+the gateway's own concurrency (no command may run before AUTH and SELECT, or it would read and
+write database 0, where another tenant of that Redis keeps its data)."""
 
 from __future__ import annotations
 
