@@ -54,6 +54,7 @@ def copy_of_the_code(tmp_path_factory) -> Path:
         ("audit/_probe.py", "import catalog.selectors\n", "The audit app is a leaf"),
         ("catalog/_probe.py", "import deployments.selectors\n", "Apps are layered"),
         ("evaluations/_probe.py", "from billing.models import Tenant\n", "reaches billing only through"),
+        ("benchmarks/_probe.py", "from tests.support.servers import free_port\n", "never imports the tests"),
     ],
 )
 def test_a_forbidden_import_breaks_its_contract(copy_of_the_code, module, line, contract):
