@@ -66,6 +66,8 @@ def routing_table() -> dict:
                     "weight": t.weight,
                     "pool": t.deployment.pool,
                     "status": t.deployment.status,
+                    # The budget hold's allowance per image (None: unknown, the gateway's default).
+                    "tokens_per_image": t.deployment.model_version.model.max_tokens_per_image,
                 }
                 for t in sorted(route.targets.all(), key=lambda t: t.deployment.slug)
             ],
