@@ -233,3 +233,38 @@ def test_a_worker_killed_mid_stream_has_its_holds_reaped_and_delivered_tokens_bi
     # Redis spend is exactly what Postgres was told, for the reaped and the ordinary requests alike.
     events = list(UsageEvent.objects.filter(tenant=tenant))
     assert _budget_state(tenant)["spent"] == sum(e.cost_nanos for e in events)
+
+
+def test_a_reaped_event_has_every_column_the_shipper_inserts():
+    from gateway.ledger import ledger_record, reaped_event
+    from gateway.spool import COLUMNS
+
+    record = orjson.loads(
+        ledger_record(
+            gateway="h:1",
+            tenant_id=1,
+            api_key_id=2,
+            model="m",
+            price_id=None,
+            in_p=1000,
+            out_p=2000,
+            prompt_est=50,
+            hold=10**6,
+            budget_active=True,
+            period_key="m2026-12",
+            seed=0,
+            ttl=60,
+            stream=True,
+            started_at=1.0,
+        )
+    )
+    delivered = reaped_event("e1", record, {"n": 7, "d": 3, "s": "dep", "v": None}, 2.0)
+    assert set(delivered) == set(COLUMNS) | {"schema_version"}
+    assert (delivered["prompt_tokens"], delivered["completion_tokens"], delivered["cost_nanos"]) == (
+        50,
+        7,
+        50 * 1000 + 7 * 2000,
+    )
+    # Nothing reached the client: nothing is billed.
+    nothing = reaped_event("e2", record, None, 2.0)
+    assert (nothing["prompt_tokens"], nothing["completion_tokens"], nothing["cost_nanos"]) == (0, 0, 0)
