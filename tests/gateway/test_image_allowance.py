@@ -51,3 +51,15 @@ def test_the_catalogs_bound_reaches_the_gateways_route():
     )
     snap = parse_snapshot(orjson.dumps({"routes": routing_table()}))
     assert snap.routes["vision"].tokens_per_image == DEFAULT_TOKENS_PER_IMAGE
+
+
+@pytest.mark.django_db
+def test_the_model_page_says_what_the_gateway_holds_per_image(admin_client):
+    from django.urls import reverse
+
+    known = ModelFactory(name="Qwen2-VL-7B-Instruct", max_tokens_per_image=1_200)
+    unknown = ModelFactory(name="Some-VLM", max_tokens_per_image=None)
+    page = admin_client.get(reverse("catalog:model_detail", args=[known.pk])).content.decode()
+    assert 'Max tokens per image</dt><dd class="col-sm-10">1200</dd>' in page
+    page = admin_client.get(reverse("catalog:model_detail", args=[unknown.pk])).content.decode()
+    assert "unknown: the gateway holds budget for 16,384 per image" in page
