@@ -43,6 +43,7 @@ class ModelForm(BootstrapMixin, forms.ModelForm):
             "head_dim",
             "vocab_size",
             "max_context",
+            "max_tokens_per_image",
             "licence",
         ]
 

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
 
@@ -103,6 +103,16 @@ class Model(models.Model):
     head_dim = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     vocab_size = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     max_context = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    # The gateway holds budget for this many prompt tokens per image before it knows which encoder
+    # resolution the engine picks; unknown (blank) holds gateway.validation.DEFAULT_TOKENS_PER_IMAGE.
+    max_tokens_per_image = models.PositiveIntegerField(
+        "max tokens per image",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(1_000_000)],
+        help_text="The most prompt tokens one image can count (the vision encoder's maximum); "
+        "blank when unknown: the gateway then holds 16,384 per image.",
+    )
     licence = models.CharField(max_length=128, blank=True)
 
     class Meta:

@@ -31,7 +31,9 @@ def last_reconcile() -> ReconcileRun | None:
 
 
 def route_list() -> QuerySet[ModelRoute]:
-    targets = RouteTarget.objects.select_related("deployment").filter(deployment__deleted_at__isnull=True)
+    targets = RouteTarget.objects.select_related("deployment__model_version__model").filter(
+        deployment__deleted_at__isnull=True
+    )
     return ModelRoute.objects.prefetch_related(Prefetch("targets", queryset=targets)).order_by("public_name")
 
 
@@ -67,6 +69,8 @@ def routing_table() -> dict:
                     "weight": t.weight,
                     "pool": t.deployment.pool,
                     "status": t.deployment.display_status,
+                    # The budget hold's allowance per image (None: unknown, the gateway's default).
+                    "tokens_per_image": t.deployment.model_version.model.max_tokens_per_image,
                 }
                 for t in sorted(route.targets.all(), key=lambda t: t.deployment.slug)
             ],
