@@ -23,8 +23,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from catalog.selectors import gpu_cost_in_force, gpu_type_find, model_version_find
-from catalog.services import gpu_hourly_cost
-from engines.memory import estimate_memory
+from catalog.services import gpu_hourly_cost, memory_estimate
 from engines.scheduler import EngineConfig
 from engines.sim import SimConfig
 from engines.workload import Workload, lognormal, poisson
@@ -133,7 +132,8 @@ def plan_row(*, version_id: int, gpu_type_id: int, tensor_parallel: int, inputs:
     if version is None or gpu is None:
         return {**row, "ok": False, "why": "Unknown model version or GPU type."}
     row.update(candidate=f"{version} on {gpu.name} TP={tp}", gpu_type=gpu.name, model_version=str(version))
-    mem = estimate_memory(model=version.to_spec(), gpu=gpu.to_spec(), tensor_parallel=tp,
+    mem = memory_estimate(model=version.model, gpu_type=gpu, precision=version.precision,
+                          kv_cache_dtype=version.kv_cache_dtype, tensor_parallel=tp,
                           context_len=int(inputs["input_mean"] + inputs["output_mean"]) * 2)  # fmt: skip
     if not mem.fits:
         return {**row, "ok": False, "why": f"Does not fit: {mem.reason}."}
