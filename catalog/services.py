@@ -63,7 +63,7 @@ def memory_estimate(
     gpu_memory_utilization: float = 0.9,
     context_len: int | None = None,
     max_num_batched_tokens: int | None = None,
-    max_num_seqs: int = 256,
+    max_num_seqs: int | None = None,
     enforce_eager: bool = False,
 ) -> MemoryEstimate:
     """The one memory/KV estimate every page and check uses (vLLM V1's accounting, ADR 0021).

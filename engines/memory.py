@@ -29,17 +29,58 @@ NCCL_BYTES_PER_GPU = 0.5 * GIB  # extra non-torch memory per GPU when tensor_par
 # CUDA graph pool vLLM ≥ 0.21 subtracts from the pool (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, default
 # on); its logs show 0.4–1.3 GiB per GPU. Older versions capture graphs after sizing the pool.
 CUDA_GRAPH_BYTES = 0.5 * GIB
-# Sampler warm-up keeps about this many fp32 copies of the [max_num_seqs, vocab] logits alive at once
-# (logits, sorted values, int64 sort indices = 2, softmax, cumulative sum, mask): top-k/top-p dummy run.
-SAMPLER_LOGIT_COPIES = 7
+
+
+@dataclass(frozen=True, slots=True)
+class Accounting:
+    """How one generation of vLLM sizes the KV pool; the estimate follows ``CURRENT`` unless told."""
+
+    key: str
+    label: str
+    # fp32 copies of the [max_num_seqs, vocab] logits the sampler warm-up keeps alive at its peak
+    sampler_logit_copies: int
+    cuda_graphs_in_profile: bool
+
+
+# V1's top-k/top-p warm-up holds logits, sorted values, int64 sort indices (2) and the softmax and its
+# cumulative sum: 6 copies. vLLM's log for a 248k-vocab model at max_num_seqs 1024 shows 5.66 GiB of peak
+# activation, i.e. 6.0 copies (https://github.com/vllm-project/vllm/issues/50722).
+# V0's sampler also kept log-probabilities and per-sequence tensors: its logs show 9.8 copies
+# (Llama-3-8B, https://github.com/vllm-project/vllm/pull/10511) and 9.6 (Qwen2.5-7B, issue #13882).
+ACCOUNTINGS: dict[str, Accounting] = {
+    a.key: a
+    for a in (
+        Accounting("v0", "vLLM V0 worker (≤ 0.7): worker.determine_num_available_blocks", 10, False),
+        Accounting(
+            "v1", "vLLM V1 0.8–0.20: gpu_worker.determine_available_memory + kv_cache_utils", 6, False
+        ),
+        Accounting(
+            "v1-graphs",
+            "vLLM V1 0.21–0.32: gpu_worker.determine_available_memory (CUDA graphs profiled) + kv_cache_utils",
+            6,
+            True,
+        ),
+    )
+}
+CURRENT = ACCOUNTINGS["v1-graphs"]
 ACTIVATION_BYTES = 2  # bf16/fp16 activations
-DEFAULT_MAX_NUM_SEQS = 256
-# vLLM's default chunked-prefill budget when the caller does not say (V1, GPUs under 70 GiB: 2048;
-# the larger 8192 is what ``vllm serve`` picks on H100-class GPUs). We use 8192: it is the larger peak.
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+
+
+def vllm_serve_defaults(*, gpu: GpuSpec) -> tuple[int, int]:
+    """``vllm serve``'s ``(max_num_batched_tokens, max_num_seqs)`` for a GPU (``EngineArgs.get_batch_defaults``).
+
+    160 GiB and up: 16384 / 1024; 70 GiB and up except A100: 8192 / 1024; the rest: 2048 / 256.
+    """
+    total = gpu.profiled_total_bytes
+    if total >= 160 * GIB:
+        return 16384, 1024
+    if total >= 70 * GIB and "a100" not in gpu.name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
 # The smallest KV pool worth deploying: one full sequence at the model's context, or 4k tokens.
 MIN_KV_RESERVE_TOKENS = 4096
-ACCOUNTING = "vLLM V1 (0.21–0.32): gpu_worker.determine_available_memory + kv_cache_utils"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +118,7 @@ class MemoryEstimate:
     max_concurrent_seqs: int
     fits: bool
     reason: str
-    accounting: str = ACCOUNTING
+    accounting: str = CURRENT.label
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -112,7 +153,12 @@ def kv_blocks_for_pool(
 
 
 def activation_peak_per_gpu(
-    *, model: ModelSpec, tensor_parallel: int, max_num_batched_tokens: int, max_num_seqs: int
+    *,
+    model: ModelSpec,
+    tensor_parallel: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    accounting: Accounting = CURRENT,
 ) -> float:
     """Peak of vLLM's profile run on one GPU: the larger of the MLP at ``max_num_batched_tokens`` and the
     sampler warm-up on ``max_num_seqs`` rows of logits (with the hidden states still held)."""
@@ -121,7 +167,8 @@ def activation_peak_per_gpu(
     tokens = max_num_batched_tokens
     # gate_up output (2I/tp) + activation output (I/tp) + residual, input and output hidden states (3H)
     mlp = tokens * (3 * i / tensor_parallel + 3 * h) * ACTIVATION_BYTES
-    sampler = tokens * h * ACTIVATION_BYTES + max_num_seqs * model.vocab_size * 4 * SAMPLER_LOGIT_COPIES
+    logits = max_num_seqs * model.vocab_size * 4
+    sampler = tokens * h * ACTIVATION_BYTES + logits * accounting.sampler_logit_copies
     return max(mlp, sampler)
 
 
@@ -135,17 +182,18 @@ def estimate_memory(
     block_size: int = 16,
     min_kv_tokens: int | None = None,
     max_num_batched_tokens: int | None = None,
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+    max_num_seqs: int | None = None,
     enforce_eager: bool = False,
-    cuda_graphs_in_profile: bool = True,
+    accounting: str = CURRENT.key,
     non_torch_bytes_per_gpu: float | None = None,
 ) -> MemoryEstimate:
     """Estimate weights, the profile's reserve, the KV pool and its capacity in whole blocks.
 
     A version "fits" when the KV pool holds at least ``min_kv_tokens`` (default: one sequence of
-    ``context_len`` capped at ``MIN_KV_RESERVE_TOKENS``). ``cuda_graphs_in_profile=False`` follows vLLM
-    before 0.21, which sized the pool before capturing graphs. Unknown precisions or KV dtypes raise
-    ``UnknownPrecisionError`` / ``UnknownKvCacheDtypeError`` naming them.
+    ``context_len`` capped at ``MIN_KV_RESERVE_TOKENS``). ``accounting`` picks an older vLLM's rules
+    (``ACCOUNTINGS``): before 0.21 the pool was sized before CUDA graphs were captured. Unknown precisions or KV dtypes raise
+    ``UnknownPrecisionError`` / ``UnknownKvCacheDtypeError`` naming them. ``max_num_batched_tokens`` and
+    ``max_num_seqs`` default to what ``vllm serve`` picks for the GPU.
     """
     if tensor_parallel < 1:
         raise ValueError("tensor_parallel must be >= 1")
@@ -153,16 +201,22 @@ def estimate_memory(
         raise ValueError("gpu_memory_utilization must be in (0, 1]")
     if block_size < 1:
         raise ValueError("block_size must be >= 1")
-    if max_num_seqs < 1:
-        raise ValueError("max_num_seqs must be >= 1")
     if gpu.memory_gib <= 0:
         raise ValueError(f"GPU {gpu.name!r} has no memory figure")
     context = context_len or model.max_context
     if context < 1:
         raise ValueError("context_len must be >= 1")
-    batched = max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
+    try:
+        rules = ACCOUNTINGS[accounting]
+    except KeyError as exc:
+        raise ValueError(f"unknown vLLM accounting {accounting!r}: one of {', '.join(ACCOUNTINGS)}") from exc
+    default_batched, default_seqs = vllm_serve_defaults(gpu=gpu)
+    batched = max_num_batched_tokens if max_num_batched_tokens is not None else default_batched
+    seqs = max_num_seqs if max_num_seqs is not None else default_seqs
     if batched < 1:
         raise ValueError("max_num_batched_tokens must be >= 1")
+    if seqs < 1:
+        raise ValueError("max_num_seqs must be >= 1")
     tp = tensor_parallel
 
     parts = model.weight_parts()  # raises UnknownPrecisionError
@@ -177,9 +231,9 @@ def estimate_memory(
         else NON_TORCH_BYTES + (NCCL_BYTES_PER_GPU if tp > 1 else 0.0)
     )
     act_gpu = activation_peak_per_gpu(
-        model=model, tensor_parallel=tp, max_num_batched_tokens=batched, max_num_seqs=max_num_seqs
+        model=model, tensor_parallel=tp, max_num_batched_tokens=batched, max_num_seqs=seqs, accounting=rules
     )
-    graphs_gpu = CUDA_GRAPH_BYTES if cuda_graphs_in_profile and not enforce_eager else 0.0
+    graphs_gpu = CUDA_GRAPH_BYTES if rules.cuda_graphs_in_profile and not enforce_eager else 0.0
     pool_gpu = requested_gpu - weights_gpu - non_torch_gpu - act_gpu - graphs_gpu
     blocks = kv_blocks_for_pool(
         model=model, tensor_parallel=tp, pool_bytes_per_gpu=pool_gpu, block_size=block_size
@@ -208,7 +262,7 @@ def estimate_memory(
         context_len=context,
         block_size=block_size,
         max_num_batched_tokens=batched,
-        max_num_seqs=max_num_seqs,
+        max_num_seqs=seqs,
         memory_per_gpu_bytes=gpu.profiled_total_bytes,
         memory_source=gpu.memory_source,
         usable_bytes=requested_gpu * tp,
@@ -229,4 +283,5 @@ def estimate_memory(
         max_concurrent_seqs=max_seqs,
         fits=fits,
         reason=reason,
+        accounting=rules.label,
     )

@@ -81,7 +81,7 @@ def estimated_figure(point: dict) -> float:
         max_num_batched_tokens=point.get("max_num_batched_tokens"),
         max_num_seqs=point.get("max_num_seqs", 256),
         enforce_eager=point.get("enforce_eager", False),
-        cuda_graphs_in_profile=point.get("cuda_graphs_in_profile", True),
+        accounting=point["accounting"],
     )
     if kind == "weights_gib":
         return est.weight_bytes / tp / GIB
@@ -122,7 +122,8 @@ def test_a_published_does_not_fit_is_a_does_not_fit():
         gpu_memory_utilization=point["gpu_memory_utilization"],
         context_len=point["max_model_len"],
         max_num_batched_tokens=point["max_num_batched_tokens"],
-        cuda_graphs_in_profile=False,
+        max_num_seqs=point["max_num_seqs"],
+        accounting=point["accounting"],
     )
     assert not est.fits and est.kv_capacity_tokens == 0 and "exceed" in est.reason
 

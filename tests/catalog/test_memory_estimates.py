@@ -52,12 +52,15 @@ def test_llama_8b_bf16_on_one_h100_follows_vllm_v1_accounting_by_hand():
     weights = (EMBED * 2 + LINEAR_PER_LAYER * 32 + NORMS) * 2
     assert weights == 16_060_522_496  # 8,030,261,248 params x 2 bytes: config.json adds up
     requested = math.ceil(79.22 * GIB * 0.9)  # utilization applies to CUDA's TOTAL memory
-    # Profile peak: the sampler warm-up (256 rows x 128256 vocab x fp32 x 7 copies + hidden states at
+    # vllm serve on an H100 (79 GiB, not an A100): max_num_batched_tokens 8192, max_num_seqs 1024.
+    # Profile peak: the sampler warm-up (1024 rows x 128256 vocab x fp32 x 6 copies + hidden states at
     # 8192 tokens) outweighs the MLP at 8192 tokens (8192 x (3 x 14336 + 3 x 4096) x 2 bytes).
-    activation = max(8192 * 4096 * 2 + 256 * 128256 * 4 * 7, 8192 * (3 * 14336 + 3 * 4096) * 2)
+    activation = max(8192 * 4096 * 2 + 1024 * 128256 * 4 * 6, 8192 * (3 * 14336 + 3 * 4096) * 2)
+    assert activation == 8192 * 4096 * 2 + 1024 * 128256 * 4 * 6
     pool = requested - weights - 0.35 * GIB - activation - 0.5 * GIB  # non-torch, CUDA graphs
     blocks = int(pool // (131072 * 16))
     assert est.fits
+    assert (est.max_num_batched_tokens, est.max_num_seqs) == (8192, 1024)
     assert est.weight_bytes == weights
     assert est.activation_peak_bytes == activation
     assert est.kv_blocks == blocks and est.kv_capacity_tokens == blocks * 16
@@ -90,7 +93,9 @@ def test_70b_bf16_does_not_fit_one_h100_but_fits_two():
         max_context=131072,
     )
     one = estimate_memory(model=llama_70b, gpu=H100, tensor_parallel=1)
-    two = estimate_memory(model=llama_70b, gpu=H100, tensor_parallel=2, context_len=8192)
+    # max_num_seqs 256 as a deployment sets it: vllm serve's 1024 on an H100 makes the sampler warm-up
+    # alone take 3 GiB per GPU, which leaves 70B bf16 on two H100s under 8k tokens of KV.
+    two = estimate_memory(model=llama_70b, gpu=H100, tensor_parallel=2, context_len=8192, max_num_seqs=256)
     assert not one.fits and "exceed" in one.reason
     assert two.fits and two.kv_capacity_tokens > 8192
 
