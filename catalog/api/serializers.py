@@ -82,7 +82,12 @@ class LifecycleSerializer(serializers.Serializer):
 class MemoryEstimateQuerySerializer(serializers.Serializer):
     """Query parameters of the memory-estimates endpoint; unknown names are refused, never guessed."""
 
-    precision = serializers.ChoiceField(choices=Precision.choices, required=False)
+    # Not ``precision``: that name filters the version list (``filterset_fields``).
+    weight_precision = serializers.ChoiceField(
+        choices=Precision.choices,
+        required=False,
+        help_text="Estimate at this precision instead of the version's.",
+    )
     kv_cache_dtype = serializers.ChoiceField(choices=KvCacheDtype.choices, required=False)
     gpu = serializers.CharField(required=False, help_text="A GPU type's name; default every GPU type.")
     context_len = serializers.IntegerField(required=False, min_value=1, max_value=10_000_000)

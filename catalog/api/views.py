@@ -70,7 +70,7 @@ class ModelVersionViewSet(ServiceModelViewSet):
             rows = services.model_version_memory_estimates(
                 version=version,
                 gpu_types=[gpu] if gpu else list(selectors.gpu_type_list()),
-                precision=q.get("precision"),
+                precision=q.get("weight_precision"),
                 kv_cache_dtype=q.get("kv_cache_dtype"),
                 context_len=q.get("context_len"),
                 gpu_memory_utilization=q["gpu_memory_utilization"],
