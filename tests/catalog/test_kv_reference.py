@@ -51,6 +51,10 @@ def _gpu(point: dict) -> GpuSpec:
         fields = next(f for f in GPU_TYPES if f["name"] == g["catalog"])
         return GpuType(**fields).to_spec()
     total_gib = g["nvidia_smi_mib"] / 1024 if g["nvidia_smi_mib"] else g["cuda_total_gib"]
+    if total_gib is None:
+        # The log names no GPU: only its weights are compared, which no GPU figure enters.
+        assert point["figure"]["kind"] == "weights_gib", point["id"]
+        total_gib = 1024.0
     return GpuSpec(
         name=g["name"],
         memory_gib=total_gib,
@@ -97,8 +101,8 @@ def relative_error(point: dict) -> float:
     return (estimated_figure(point) - published) / abs(published)
 
 
-def test_the_table_has_at_least_eight_asserted_points_each_with_a_link_and_a_log_line():
-    assert len(ASSERTED) >= 8
+def test_the_table_has_at_least_eight_asserted_vllm_points_each_with_a_link_and_a_log_line():
+    assert len([p for p in ASSERTED if "engine" not in p]) >= 8  # other engines' logs only corroborate
     for point in POINTS:
         assert point["source"].startswith("https://github.com/"), point["id"]
         assert point["quote"] and point["vllm_version"], point["id"]
