@@ -65,7 +65,8 @@ GPU_TYPES = [
         name="H200",
         memory_gib=D("141"),
         memory_mib=143771,
-        memory_source="nvidia-smi 143771MiB (140.4 GiB) for H200 SXM 141GB, as quoted in issue 31's review",
+        memory_source="nvidia-smi 143771MiB (140.4 GiB) for H200 SXM 141GB, the figure issue 31 quotes; "
+        "no published nvidia-smi output was found to link: confirm on a device",
         hbm_bandwidth_gbps=D("4800"),
         bf16_tflops=D("989"),
         fp8_tflops=D("1979"),
