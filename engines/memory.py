@@ -23,11 +23,12 @@ from engines.specs import GpuSpec, ModelSpec
 GIB = 1024**3
 MIB = 1024**2
 # Memory vLLM's profile finds outside torch's allocator (cuBLAS/cuDNN workspaces, NCCL buffers once TP>1),
-# measured from its first snapshot. vLLM's logs show 0.03–0.35 GiB on one GPU ("non_torch_memory").
+# measured from its first snapshot. vLLM's logs show 0.03–0.43 GiB on one GPU ("non_torch_memory").
 NON_TORCH_BYTES = 0.35 * GIB
 NCCL_BYTES_PER_GPU = 0.5 * GIB  # extra non-torch memory per GPU when tensor_parallel > 1
 # CUDA graph pool vLLM ≥ 0.21 subtracts from the pool (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, default
-# on); its logs show 0.4–1.3 GiB per GPU. Older versions capture graphs after sizing the pool.
+# on); its logs estimate 0.13–0.52 GiB for dense models, 1–2 GiB for large MoE models. Older versions
+# capture graphs after sizing the pool, in the 1 − gpu_memory_utilization headroom.
 CUDA_GRAPH_BYTES = 0.5 * GIB
 
 
