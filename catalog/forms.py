@@ -15,6 +15,9 @@ class GpuTypeForm(BootstrapMixin, forms.ModelForm):
         fields = [
             "name",
             "memory_gib",
+            "memory_mib",
+            "cuda_total_mib",
+            "memory_source",
             "hbm_bandwidth_gbps",
             "bf16_tflops",
             "fp8_tflops",
@@ -44,6 +47,9 @@ class ModelForm(BootstrapMixin, forms.ModelForm):
             "vocab_size",
             "max_context",
             "max_tokens_per_image",
+            "intermediate_size",
+            "tie_word_embeddings",
+            "attention_bias",
             "licence",
         ]
 
@@ -135,14 +141,37 @@ class GpuCostVersionForm(BootstrapMixin, forms.Form):
 class KvCalculatorForm(BootstrapMixin, forms.Form):
     """What-if inputs of the KV/memory calculator."""
 
-    version = forms.ModelChoiceField(queryset=ModelVersion.objects.none(), label="Model version")
-    gpu_type = forms.ModelChoiceField(queryset=GpuType.objects.none(), label="GPU type")
+    version = forms.ModelChoiceField(
+        queryset=ModelVersion.objects.none(),
+        label="Model version",
+        error_messages={
+            "invalid_choice": "Unknown model version %(value)s: the estimate knows only the catalog's."
+        },
+    )
+    gpu_type = forms.ModelChoiceField(
+        queryset=GpuType.objects.none(),
+        label="GPU type",
+        error_messages={
+            "invalid_choice": "Unknown GPU type %(value)s: the estimate knows only the catalog's."
+        },
+    )
     tensor_parallel = forms.TypedChoiceField(choices=[(n, n) for n in (1, 2, 4, 8)], coerce=int, initial=1)
     context_len = forms.IntegerField(
         min_value=1, max_value=10_000_000, initial=8192, label="Context length (tokens)"
     )
     concurrency = forms.IntegerField(min_value=1, max_value=100_000, initial=32, label="Concurrent sequences")
-    kv_cache_dtype = forms.ChoiceField(choices=KvCacheDtype.choices, initial="auto", label="KV dtype")
+    kv_cache_dtype = forms.ChoiceField(
+        choices=KvCacheDtype.choices,
+        initial="auto",
+        label="KV dtype",
+        error_messages={"invalid_choice": "Unknown KV-cache dtype %(value)s: the estimate knows none such."},
+    )
+    max_num_batched_tokens = forms.IntegerField(
+        required=False, min_value=1, max_value=1_000_000, initial=8192, label="max_num_batched_tokens"
+    )
+    gpu_memory_utilization = forms.FloatField(
+        required=False, min_value=0.05, max_value=1.0, initial=0.9, label="gpu_memory_utilization"
+    )
 
     def __init__(self, *args, versions, gpus, **kwargs):
         super().__init__(*args, **kwargs)
