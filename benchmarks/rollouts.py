@@ -174,7 +174,9 @@ def run(a: argparse.Namespace, work: Path) -> dict:
             model=model, label="fp8", precision="fp8", lifecycle="approved",
             gate_override_at=timezone.now(), gate_override_reason="benchmark: the gates are not under test",
         )  # fmt: skip
-        common = {"gpu_type": gpu, "served_model_name": MODEL, "status": "RUNNING", "max_model_len": 8192}
+        # RUNNING as Ray would report it now: the gateway routes only to targets heard from since start.
+        common = {"gpu_type": gpu, "served_model_name": MODEL, "status": "RUNNING", "max_model_len": 8192,
+                  "observed_at": timezone.now()}  # fmt: skip
         stable = Deployment.objects.create(name="stable", slug="stable", model_version=v_stable, **common)
         canary = Deployment.objects.create(
             name="canary",
