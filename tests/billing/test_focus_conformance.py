@@ -153,7 +153,7 @@ def export(client, tenant, since, until) -> tuple[list[str], list[dict]]:
         {"format": "focus", "since": since.date().isoformat(), "until": until.date().isoformat()},
     )
     assert r.status_code == 200
-    text = b"".join(r.streaming_content).decode()
+    text = (b"".join(r.streaming_content) if r.streaming else r.content).decode()
     reader = csv.reader(io.StringIO(text))
     header = next(reader)
     # FOCUS's CSV convention: an empty field is a null.
