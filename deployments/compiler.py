@@ -112,6 +112,10 @@ def vllm_engine_kwargs(deployment: Deployment) -> dict:
         kwargs["max_model_len"] = deployment.max_model_len
     if deployment.quantization:
         kwargs["quantization"] = deployment.quantization
+    if deployment.task == "embed":
+        # vLLM's pooling runner with the embedding head: the engine then serves /v1/embeddings.
+        kwargs["runner"] = "pooling"
+        kwargs["convert"] = "embed"
     kwargs.update(deployment.extra_engine_args or {})
     return kwargs
 

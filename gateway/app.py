@@ -24,6 +24,7 @@ from asgistream import BodyPusher
 from gateway import metrics as m
 from gateway.config import GatewayConfig, load_config
 from gateway.limits import REASONS, Limiter
+from gateway.pricing import MIN_HOLD_NANOS, price_refusal
 from gateway.redisfast import FastRedis
 from gateway.router import Router
 from gateway.snapshot import ALERTS_LIST, KeyInfo, SnapshotHolder, Target, TenantInfo, period_key
@@ -419,6 +420,12 @@ class Gateway:
 
         # --- admission: limits and budget hold in one atomic step --------------------------
         price = snap.prices.get(model)
+        refusal = price_refusal(model=model, route=route, price=price, tenant=tenant)
+        if refusal is not None:
+            await send_error(
+                send, 403, refusal, "invalid_request_error", "price_missing", "model", reason="price_missing"
+            )
+            return
         in_p = price.input_nanos if price else 0
         out_p = price.output_nanos if price else 0
         tokens_est = prompt_est + max_tokens * n
@@ -435,8 +442,8 @@ class Gateway:
             ttl = int(pend - now) + 7 * 86400
             if budget.hard_cap_nanos is not None:
                 cap = budget.hard_cap_nanos
-        if cap < 0:
-            hold = 0
+        # No hard cap: nothing to hold. With one, every request holds something, free ones too.
+        hold = 0 if cap < 0 else max(hold, MIN_HOLD_NANOS)
         limited = key.rpm or key.tpm or tenant.rpm or tenant.tpm
         rl_headers: list = []
         if limited or cap >= 0:

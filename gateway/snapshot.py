@@ -12,8 +12,11 @@ Contract (JSON; ``gateway.publish`` writes it in two sections: ``tenancy`` built
                                             "spent_period_key", "spent_nanos"}}},
      "routes": {public_name: {"long_context_threshold": int | null,
                               "tenant_ids": [int, ..] | null,   # null or absent: every tenant
+                              "free": bool,   # served at $0 on purpose; absent: false
                               "targets": [{"deployment_id", "deployment_slug", "version_id",
-                                           "base_url", "engine_model", "weight", "pool", "status"}]}},
+                                           "base_url", "engine_model", "weight", "pool", "status",
+                                           "task": "generate" | "embed",   # absent: generate
+                                           "max_model_len": int | null}]}},
      "prices": {public_name: {"price_id", "input_nanos", "output_nanos"}}}
 
 Limits of 0 mean "no limit". ``version`` is the counter ``gateway.publish`` increments on every
@@ -101,6 +104,9 @@ class Target:
     status: str
     chat_url: str = ""
     completions_url: str = ""
+    # "generate" (chat, completions, responses) or "embed" (embeddings).
+    task: str = "generate"
+    max_model_len: int | None = None
 
 
 @dataclass(slots=True)
@@ -112,6 +118,8 @@ class Route:
     targets: list[Target]
     # The tenants that may use this name; None when every tenant may.
     tenant_ids: frozenset[int] | None = None
+    # An admin marked it free (served at $0 on purpose); otherwise no price refuses budgets.
+    free: bool = False
 
 
 @dataclass(slots=True)
@@ -194,6 +202,8 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
                     status=x.get("status") or "RUNNING",
                     chat_url=base + "/chat/completions",
                     completions_url=base + "/completions",
+                    task=x.get("task") or "generate",
+                    max_model_len=x.get("max_model_len"),
                 )
             )
         tids = r.get("tenant_ids")
@@ -202,6 +212,7 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
             long_context_threshold=r.get("long_context_threshold"),
             targets=targets,
             tenant_ids=frozenset(int(t) for t in tids) if tids else None,
+            free=bool(r.get("free")),
         )
         routes[name] = route
     prices = {
