@@ -33,6 +33,7 @@ CREATE_FIELDS = (
     "slug",
     "model_version",
     "engine_kind",
+    "task",
     "gpu_type",
     "tensor_parallel_size",
     "pool",
