@@ -224,3 +224,12 @@ def test_an_embedding_deployment_runs_vllms_pooling_runner(vllm_fp8):
     vllm_fp8.task = "generate"
     (llm,) = compile_application(vllm_fp8)["args"]["llm_configs"]
     assert "runner" not in llm["engine_kwargs"]
+
+
+def test_an_embedding_deployment_on_vllm_cpu_gets_the_pooling_runner_flags(vllm_cpu):
+    from engines.vllm_cpu import engine_kwargs_to_args
+
+    vllm_cpu.task = "embed"
+    engine = compile_application(vllm_cpu)["args"]["engine"]
+    flags = engine_kwargs_to_args({k: engine[k] for k in ("runner", "convert")})
+    assert flags == ["--runner", "pooling", "--convert", "embed"]
