@@ -500,10 +500,10 @@ def test_reprice_rows_carry_the_recorded_difference(focus, usage, tenant):
     _, rows = focus
     corrections = [r for r in rows if r["ChargeClass"] == "Correction"]
     assert len(corrections) == 1
-    old, new, _ = usage["prices"]
+    _, new, _ = usage["prices"]
+    # What the events of the re-priced month cost at the new price, minus what they were billed.
     delta = sum(
-        e.prompt_tokens * (new.input_nanos - old.input_nanos)
-        + e.completion_tokens * (new.output_nanos - old.output_nanos)
+        e.prompt_tokens * new.input_nanos + e.completion_tokens * new.output_nanos - e.cost_nanos
         for e in usage["events"]
         if PREV_MONTH <= e.started_at < MONTH_START and e.public_model == "sim-llama"
     )
