@@ -77,6 +77,23 @@ def sku_id(public_model: str, direction: str) -> str:
     return f"{public_model}/{direction}-tokens"
 
 
+def focus_sku_prices(*, price: Price) -> list[dict]:
+    """The price list entries of one price version, as the FOCUS export references them."""
+    return [
+        {
+            "sku_id": sku_id(price.public_model, direction),
+            "sku_price_id": sku_id(price.public_model, direction),
+            "sku_meter": meter,
+            "pricing_unit": PRICING_UNIT,
+            "list_unit_price": format(
+                price.input_per_million if direction == "input" else price.output_per_million, "f"
+            ),
+            "currency": "USD",
+        }
+        for direction, meter in SKUS
+    ]
+
+
 def _base(
     tenant: Tenant, charge_start: dt.datetime, charge_end: dt.datetime, billing_at: dt.datetime
 ) -> dict:

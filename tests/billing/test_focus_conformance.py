@@ -581,3 +581,20 @@ def test_a_large_export_streams_in_bounded_chunks(member_client, tenant):
     assert chunks >= 40
     assert biggest < total / 20
     assert peak < total / 4, (peak, total)  # the whole file never sits in memory
+
+
+def test_SkuPriceId_references_the_published_price_list(focus, admin_client):
+    """SkuPriceId: "MUST reference a SKU Price in a provider-supplied price list, enabling the lookup of
+    detailed information about the SKU Price"; "MUST support the lookup of the ListUnitPrice". The price
+    list is the prices API; the row's price version and SkuPriceId find its unit price there."""
+    _, rows = focus
+    listed = {}
+    for p in admin_client.get("/api/billing/prices/").json()["results"]:
+        for sku in p["skus"]:
+            listed[(p["id"], sku["sku_price_id"])] = sku
+    use = _usage(rows)
+    assert use
+    for r in use:
+        sku = listed[(int(r["x_PriceVersionId"]), r["SkuPriceId"])]
+        assert Decimal(sku["list_unit_price"]) == Decimal(r["ListUnitPrice"])
+        assert sku["pricing_unit"] == r["PricingUnit"] and sku["sku_id"] == r["SkuId"]
