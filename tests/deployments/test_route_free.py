@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.urls import reverse
 
 from audit.selectors import events_for_object
 from deployments.models import ModelRoute
@@ -68,4 +69,30 @@ def test_only_platform_admins_mark_routes_free(role_clients, route, role):
 
 def test_a_tenant_admin_cannot_mark_routes_free(tenant_admin_client, route):
     r = _post(tenant_admin_client, route, {"free": True, "reason": "our own route"})
+    assert r.status_code == 403 and ModelRoute.objects.get(pk=route.pk).free_reason == ""
+
+
+def test_admin_marks_a_route_free_on_its_page(admin_client, route):
+    page = admin_client.get(reverse("deployments:route_detail", args=[route.pk])).content.decode()
+    assert 'id="route-not-free"' in page
+    r = admin_client.post(
+        reverse("deployments:route_free", args=[route.pk]), {"free": "on", "reason": "free tier"}
+    )
+    assert r.status_code == 302
+    page = admin_client.get(reverse("deployments:route_detail", args=[route.pk])).content.decode()
+    assert "Served at $0 on purpose: free tier" in page
+    assert routing_table()["m-1"]["free"] is True
+
+
+def test_the_page_form_without_a_reason_changes_nothing(admin_client, route):
+    r = admin_client.post(
+        reverse("deployments:route_free", args=[route.pk]), {"free": "on", "reason": ""}, follow=True
+    )
+    assert "reason" in r.content.decode() and ModelRoute.objects.get(pk=route.pk).free_reason == ""
+
+
+@pytest.mark.parametrize("role", ["auditor", "member", "outsider"])
+def test_only_admins_see_and_use_the_free_form(role_clients, route, role):
+    c = role_clients[role]
+    r = c.post(reverse("deployments:route_free", args=[route.pk]), {"free": "on", "reason": "mine"})
     assert r.status_code == 403 and ModelRoute.objects.get(pk=route.pk).free_reason == ""
