@@ -59,6 +59,8 @@ def routing_table() -> dict:
             "long_context_threshold": route.long_context_threshold_tokens,
             # Tenants whose keys may use the name; None: every tenant.
             "tenant_ids": tenant_ids or None,
+            # Served at $0 on purpose (an admin said why); otherwise a missing price refuses budgets.
+            "free": bool(route.free_reason),
             "targets": [
                 {
                     "deployment_id": t.deployment_id,
@@ -71,6 +73,9 @@ def routing_table() -> dict:
                     "status": t.deployment.display_status,
                     # The budget hold's allowance per image (None: unknown, the gateway's default).
                     "tokens_per_image": t.deployment.model_version.model.max_tokens_per_image,
+                    "task": t.deployment.task,
+                    # The context the engine was started with (None: the model's own, the engine judges).
+                    "max_model_len": t.deployment.max_model_len,
                 }
                 for t in sorted(route.targets.all(), key=lambda t: t.deployment.slug)
             ],

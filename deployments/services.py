@@ -34,6 +34,7 @@ CREATE_FIELDS = (
     "slug",
     "model_version",
     "engine_kind",
+    "task",
     "gpu_type",
     "tensor_parallel_size",
     "pool",
@@ -367,6 +368,32 @@ def model_route_save(*, route: ModelRoute, actor, allowed_tenants=None, reason: 
                 after={"allowed_tenants": after},
                 reason=reason or ("route restricted to tenants" if after else "route open to every tenant"),
             )
+    routes_section_publish_on_commit()
+    return route
+
+
+@transaction.atomic
+def model_route_free_set(*, route: ModelRoute, free: bool, reason: str, actor) -> ModelRoute:
+    """Mark a route as served at $0 on purpose (or take the mark off), with a reason, audited.
+
+    Without the mark, a tenant with a budget is refused on a route whose model has no price in force
+    (ADR 0022): a forgotten price must not become free traffic that no hard cap stops.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationError({"reason": "Say why the route is (or is no longer) free."})
+    before = route.free_reason
+    route.free_reason = reason if free else ""
+    route.full_clean()
+    route.save(update_fields=["free_reason", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="model_route.free_set" if free else "model_route.free_clear",
+        target=route,
+        before={"free": bool(before), "free_reason": before},
+        after={"free": free, "free_reason": route.free_reason},
+        reason=reason,
+    )
     routes_section_publish_on_commit()
     return route
 

@@ -23,9 +23,13 @@ import redis.asyncio as aioredis
 from asgistream import BodyPusher
 from gateway import metrics as m
 from gateway.config import GatewayConfig, load_config
+from gateway.embeddings import context_error, validate_embeddings
+from gateway.endpoints import MAX_TOKENS_FIELD, PATHS, serves, upstream_url
 from gateway.ledger import Ledger, ledger_record
 from gateway.limits import REASONS, Limiter
+from gateway.pricing import MIN_HOLD_NANOS, price_refusal
 from gateway.redisfast import FastRedis
+from gateway.responses import FINAL_EVENTS, responses_usage, validate_responses
 from gateway.router import Router
 from gateway.snapshot import ALERTS_LIST, KeyInfo, SnapshotHolder, Target, TenantInfo, period_key
 from gateway.spool import SCHEMA_VERSION as SPOOL_SCHEMA_VERSION
@@ -225,8 +229,15 @@ class Gateway:
                 await self.completions(
                     scope, receive, send, "chat" if path == "/v1/chat/completions" else "text"
                 )
+            elif path == "/v1/embeddings" or path == "/v1/responses":
+                if scope["method"] != "POST":
+                    await send_error(send, 405, "use POST", "invalid_request_error", "method_not_allowed")
+                    return
+                await self.completions(scope, receive, send, path[4:])
             elif path == "/v1/models":
                 await self.models(scope, send)
+            elif path.startswith("/v1/models/"):
+                await self.model_retrieve(scope, send, path[len("/v1/models/") :])
             elif path == "/metrics":
                 body, ct = m.render()
                 await send(
@@ -321,6 +332,29 @@ class Gateway:
         ]
         await send_json(send, 200, orjson.dumps({"object": "list", "data": data}))
 
+    async def model_retrieve(self, scope, send, model: str) -> None:
+        """``GET /v1/models/{id}`` (the SDK's ``models.retrieve``): listed exactly when ``/v1/models``
+        lists it; a forbidden and an unknown name get the same 404."""
+        key, tenant, err, _ = self._authenticate(scope["headers"])
+        if err:
+            await send_error(send, 401, err, "invalid_request_error", "invalid_api_key", reason="auth")
+            return
+        r = self.snapshots.current.routes.get(model)
+        if r is None or not r.targets or not _may_use(key, tenant, r):
+            await send_error(
+                send,
+                404,
+                f"the model '{model}' does not exist or you do not have access to it",
+                "invalid_request_error",
+                "model_not_found",
+                "model",
+                reason="unknown_model",
+            )
+            return
+        await send_json(
+            send, 200, orjson.dumps({"id": model, "object": "model", "created": 0, "owned_by": "governor"})
+        )
+
     # --- completions --------------------------------------------------------------------------
 
     async def _read_body(self, scope, receive) -> bytes | None:
@@ -379,12 +413,24 @@ class Gateway:
                 reason="bad_request",
             )
             return
+        longest_ids = None
         try:
-            model, stream, max_tokens, n, wants_usage = validate(
-                kind, body, absurd_max_tokens=cfg.absurd_max_tokens
-            )
-            prompt_est = estimate_prompt_tokens(kind, body)
-            choices = choices_per_request(kind, body, n)
+            if kind == "embeddings":
+                model, prompt_est, prompt_bound, longest_ids = validate_embeddings(body)
+                stream, max_tokens, n, wants_usage = False, 0, 1, False  # nothing generated
+            elif kind == "responses":
+                model, stream, max_tokens, prompt_est, prompt_bound = validate_responses(
+                    body, len(body_raw), absurd_max_tokens=cfg.absurd_max_tokens
+                )
+                n, wants_usage = 1, True  # its final event carries the usage: always passed on
+            else:
+                model, stream, max_tokens, n, wants_usage = validate(
+                    kind, body, absurd_max_tokens=cfg.absurd_max_tokens
+                )
+                prompt_est = estimate_prompt_tokens(kind, body)
+                # The hold's prompt bound needs the route's allowance per image: set at admission.
+                prompt_bound = None
+            choices = choices_per_request(kind, body, n) if kind in ("chat", "text") else 1
         except BadRequest as exc:
             await self._bad_request(send, exc)
             return
@@ -400,6 +446,29 @@ class Gateway:
                 "model_not_found",
                 "model",
                 reason="unknown_model",
+            )
+            return
+        if not any(serves(t, kind) for t in route.targets):
+            await send_error(
+                send,
+                404,
+                f"the model '{model}' is not served at {PATHS[kind]}: its deployments do not run that endpoint",
+                "invalid_request_error",
+                "unsupported_endpoint",
+                "model",
+                reason="unsupported_endpoint",
+            )
+            return
+        ctx_err = context_error(longest_ids, [t for t in route.targets if serves(t, kind)])
+        if ctx_err is not None:
+            await send_error(
+                send,
+                400,
+                ctx_err,
+                "invalid_request_error",
+                "context_length_exceeded",
+                "input",
+                reason="bad_request",
             )
             return
         if tenant.max_input_tokens and prompt_est > tenant.max_input_tokens:
@@ -427,9 +496,12 @@ class Gateway:
         if max_tokens is None:
             # The worst case must be bounded to hold budget for it, so the gateway always sets one.
             max_tokens = min(tenant.max_output_tokens or cfg.default_max_tokens, cfg.default_max_tokens)
-        # One limit goes to the engine, the one held for: no other length field can raise it.
-        normalise_output_limit(body, max_tokens)
-        if stream:
+            if kind == "responses":
+                body[MAX_TOKENS_FIELD[kind]] = max_tokens
+        if kind in ("chat", "text"):
+            # One limit goes to the engine, the one held for: no other length field can raise it.
+            normalise_output_limit(body, max_tokens)
+        if stream and kind != "responses":
             so = body.get("stream_options")
             body["stream_options"] = (
                 {**so, "include_usage": True} if isinstance(so, dict) else {"include_usage": True}
@@ -440,7 +512,7 @@ class Gateway:
         except BadRequest as exc:
             await self._bad_request(send, exc)
             return
-        candidates = self.router.candidates(route, prompt_est)
+        candidates = [t for t in self.router.candidates(route, prompt_est) if serves(t, kind)]
         if not candidates:
             # Unknown (not heard from since the start), failing or ejected: 503 with a time to retry.
             retry_s = self.router.retry_after_s(route.targets)
@@ -457,12 +529,21 @@ class Gateway:
 
         # --- admission: limits, budget hold and ledger entry in one atomic step -------------
         price = snap.prices.get(model)
+        refusal = price_refusal(model=model, route=route, price=price, tenant=tenant)
+        if refusal is not None:
+            await send_error(
+                send, 403, refusal, "invalid_request_error", "price_missing", "model", reason="price_missing"
+            )
+            return
         in_p = price.input_nanos if price else 0
         out_p = price.output_nanos if price else 0
         tokens_est = prompt_est + max_tokens * choices
         # The hold covers whatever the engine can count (tools, schemas, template, images at the
         # route's bound) and everything it may generate (every choice, every prompt of a batch).
-        prompt_bound = prompt_token_bound(kind, body, len(body_raw), tokens_per_image=route.tokens_per_image)
+        if prompt_bound is None:
+            prompt_bound = prompt_token_bound(
+                kind, body, len(body_raw), tokens_per_image=route.tokens_per_image
+            )
         hold = prompt_bound * in_p + max_tokens * choices * out_p
         budget = tenant.budget
         now = started_at
@@ -476,8 +557,8 @@ class Gateway:
             ttl = int(pend - now) + 7 * 86400
             if budget.hard_cap_nanos is not None:
                 cap = budget.hard_cap_nanos
-        if cap < 0:
-            hold = 0
+        # No hard cap: nothing to hold. With one, every request holds something, free ones too.
+        hold = 0 if cap < 0 else max(hold, MIN_HOLD_NANOS)
         limited = key.rpm or key.tpm or tenant.rpm or tenant.tpm
         event_id = uuid.uuid4()
         record = ledger_record(
@@ -799,7 +880,7 @@ class _Request:
             tried.add(target.deployment_id)
             self.target = target
             body["model"] = target.engine_model
-            url = target.chat_url if self.kind == "chat" else target.completions_url
+            url = upstream_url(target, self.kind)
             try:
                 resp = await gw.http.post(url, orjson.dumps(body))
                 break
@@ -977,6 +1058,8 @@ class _Request:
         return data.replace(a, b'"model":' + pub).replace(b, b'"model": ' + pub)
 
     def _take_usage(self, usage: dict | None) -> None:
+        if isinstance(usage, dict) and "input_tokens" in usage:
+            usage = responses_usage(usage)
         if isinstance(usage, dict):
             self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
             self.completion_tokens = int(usage.get("completion_tokens") or 0)
@@ -1086,7 +1169,7 @@ class _Request:
             return
         self.gw.router.mark_ok(self.target)
         await self._commit()
-        tail = DONE
+        tail = b"" if self.kind == "responses" else DONE  # a Responses stream ends on its final event
         if self.wants_usage and usage_chunk is not None:
             tail = (self._rewrite(usage_chunk) if rewrite else usage_chunk) + DONE
         await send({"type": "http.response.body", "body": tail, "more_body": False})
@@ -1179,11 +1262,17 @@ class _SseForward:
             if payload == b"[DONE]":
                 self.done = True
                 continue
+            if not payload and ev.startswith(b"event:"):  # Responses API: "event: <type>\ndata: {...}"
+                at = ev.find(b"\ndata:")
+                payload = ev[at + 6 :].strip() if at >= 0 else b""
             if payload and (b'"usage":{' in payload or b'"usage": {' in payload):
                 try:
                     obj = orjson.loads(payload)
                 except orjson.JSONDecodeError:
                     obj = None
+                if isinstance(obj, dict) and str(obj.get("type") or "").encode() in FINAL_EVENTS:
+                    obj = obj.get("response") or {}
+                    self.done = True  # a Responses stream has no [DONE]: its final event ends it
                 if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
                     self.usage = obj["usage"]
                     if not obj.get("choices"):

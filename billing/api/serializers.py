@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from billing.models import ApiKey, Budget, Membership, Price, Tenant, TenantLimits, UsageEvent
+from billing.selectors.focus import focus_sku_prices
 
 
 class TenantSerializer(serializers.ModelSerializer):
@@ -43,6 +44,10 @@ class ApiKeySerializer(serializers.ModelSerializer):
 
 class PriceSerializer(serializers.ModelSerializer):
     effective_from = serializers.DateTimeField(required=False)
+    skus = serializers.SerializerMethodField(
+        help_text="The FOCUS SKU prices of this version (SkuId, SkuPriceId, PricingUnit, ListUnitPrice): "
+        "what the FOCUS export's rows reference."
+    )
 
     class Meta:
         model = Price
@@ -55,8 +60,12 @@ class PriceSerializer(serializers.ModelSerializer):
             "source",
             "note",
             "created_at",
+            "skus",
         ]
         read_only_fields = ["source", "created_at"]
+
+    def get_skus(self, obj) -> list[dict]:
+        return focus_sku_prices(price=obj)
 
 
 class BudgetSerializer(serializers.Serializer):
