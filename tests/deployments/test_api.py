@@ -193,6 +193,7 @@ def test_routing_table_shape_for_the_gateway(settings, target):
                     "weight": 100,
                     "pool": "online",
                     "status": "RUNNING",
+                    "tokens_per_image": None,
                     "task": "generate",
                     "max_model_len": d.max_model_len,
                 }

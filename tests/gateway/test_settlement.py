@@ -107,7 +107,8 @@ def test_upstream_failures_after_admission_release_the_hold_and_write_one_event(
     # A deployment nobody listens on: the connection fails after the hold was taken.
     publish(gateway, route("sim-llama", (1, "gone", f"http://127.0.0.1:{free_port()}/v1", 1.0)))
     r = httpx.post(gateway + "/v1/chat/completions", json=body, headers=capped, timeout=60)
-    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unavailable"
+    # Every target refused the connection: 503 with Retry-After (a target that is down is never a 502).
+    assert r.status_code == 503 and r.json()["error"]["code"] == "upstream_unavailable"
     # A deployment whose answer the gateway cannot read (usage counts that are not numbers): before,
     # the exception escaped, the hold stayed and no event was written.
     publish(gateway, route("sim-llama", (2, "bad-usage", bad_usage_backend, 1.0)))
