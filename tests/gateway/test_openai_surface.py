@@ -157,17 +157,18 @@ def test_endpoints_go_only_to_deployments_that_serve_them(env):
 
 
 def test_embeddings_and_responses_hold_budget_like_chat(env):
-    # A hard cap below one request's worst case: the hold refuses it before anything is forwarded.
+    # A hard cap below one request's worst case: the hold refuses it before anything is forwarded,
+    # and says that this request alone is larger than what is left (nothing was spent).
     budget_set(
         actor="system:test", tenant=env["tenant"], amount_usd=Decimal("0.000001"), hard_cap_percent=100
     )
     publish(env["gateway"], _routes(env["engine"], env["embed"]))
     with pytest.raises(openai.RateLimitError) as exc:
         env["client"].embeddings.create(model="sim-embed", input="a long enough text " * 20)
-    assert exc.value.body["code"] == "budget_exceeded"
+    assert exc.value.body["code"] == "worst_case_over_budget"
     with pytest.raises(openai.RateLimitError) as exc:
         env["client"].responses.create(model="sim-llama", input="hello", max_output_tokens=50)
-    assert exc.value.body["code"] == "budget_exceeded"
+    assert exc.value.body["code"] == "worst_case_over_budget"
     _events(env["gateway"], 0)
 
 
