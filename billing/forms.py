@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django import forms
+from django.utils import timezone
 
 from billing.models import Budget, Tenant, UsageEvent
 
@@ -45,7 +46,15 @@ class ApiKeyCreateForm(_Bootstrap, forms.Form):
     def __init__(self, *args, tenants, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["tenant"].queryset = tenants
+        # The picker offers no past minute; the server still checks (clocks and old pages differ).
+        self.fields["expires_at"].widget.attrs["min"] = timezone.now().strftime("%Y-%m-%dT%H:%M")
         self._style()
+
+    def clean_expires_at(self):
+        value = self.cleaned_data.get("expires_at")
+        if value is not None and value <= timezone.now():
+            raise forms.ValidationError("The expiry must be in the future (UTC).")
+        return value
 
     def clean_allowed_models(self) -> list[str]:
         return _split_names(self.cleaned_data.get("allowed_models", ""))

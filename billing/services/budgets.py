@@ -47,12 +47,33 @@ def budget_set(
     budget.period = period
     budget.soft_threshold_percents = percents
     budget.hard_cap_percent = hard_cap_percent
-    budget.updated_by = actor if getattr(actor, "pk", None) else None
     budget.full_clean()
+    if stored is not None and not _budget_changed(stored=before, budget=budget):
+        # A save that changes nothing writes nothing: ``updated_at`` would move and the raw-write
+        # trigger would record a ``raw.update`` no service explains.
+        return stored
+    budget.updated_by = actor if getattr(actor, "pk", None) else None
     budget.save()
     audit_save(actor=actor, instance=budget, before=before, tenant_id=tenant.pk, reason=reason)
     tenancy_section_publish_on_commit()
     return budget
+
+
+def _budget_changed(*, stored: dict, budget: Budget) -> bool:
+    """Whether the fields a person sets differ from the stored row (compared as the column stores them)."""
+    after = {
+        "amount_usd": Decimal(budget.amount_usd).quantize(Decimal("0.000001")),
+        "period": budget.period,
+        "soft_threshold_percents": list(budget.soft_threshold_percents),
+        "hard_cap_percent": budget.hard_cap_percent,
+    }
+    before = {
+        "amount_usd": Decimal(str(stored["amount_usd"])).quantize(Decimal("0.000001")),
+        "period": stored["period"],
+        "soft_threshold_percents": list(stored["soft_threshold_percents"] or []),
+        "hard_cap_percent": stored["hard_cap_percent"],
+    }
+    return after != before
 
 
 @transaction.atomic

@@ -107,15 +107,15 @@ def tenant_limits_set(
     """Set a tenant's rate limits and admission caps (0 = none)."""
     stored = TenantLimits.objects.filter(tenant=tenant).first()
     before = snapshot(stored) if stored is not None else None
-    limits, _ = TenantLimits.objects.update_or_create(
-        tenant=tenant,
-        defaults={
-            "rpm_limit": rpm_limit,
-            "tpm_limit": tpm_limit,
-            "max_input_tokens": max_input_tokens,
-            "max_output_tokens": max_output_tokens,
-        },
-    )
+    wanted = {
+        "rpm_limit": rpm_limit,
+        "tpm_limit": tpm_limit,
+        "max_input_tokens": max_input_tokens,
+        "max_output_tokens": max_output_tokens,
+    }
+    if stored is not None and all(getattr(stored, k) == v for k, v in wanted.items()):
+        return stored  # nothing changed: no write, so no ``updated_at`` move for the raw trigger to record
+    limits, _ = TenantLimits.objects.update_or_create(tenant=tenant, defaults=wanted)
     audit_save(actor=actor, instance=limits, before=before, tenant_id=tenant.pk, reason=reason)
     tenancy_section_publish_on_commit()
     return limits

@@ -27,29 +27,37 @@ from governor.access import (
 )
 
 
+def _key_list_page(request, *, form: ApiKeyCreateForm | None = None, status: int = 200):
+    """The key list with the create form; a refused create comes back here with its errors shown."""
+    keys = api_keys_visible_to(
+        user=request.user,
+        reads_everything=reads_everything(request.user),
+        tenant_ids=tenant_ids(request.user),
+    )
+    managed = managed_tenants(request)
+    page = Paginator(keys, PAGE_SIZE).get_page(request.GET.get("page"))
+    managed_ids = set(managed.values_list("pk", flat=True))
+    if form is None and managed_ids:
+        form = ApiKeyCreateForm(tenants=managed)
+    return render(
+        request,
+        "billing/apikey_list.html",
+        {
+            "page": page,
+            "qs": query_without_page(request),
+            "managed_ids": managed_ids,
+            "form": form,
+            "gateway_url": settings.GATEWAY_PUBLIC_URL,
+        },
+        status=status,
+    )
+
+
 class ApiKeyListView(PlatformUserRequiredMixin, View):
     """Keys of the tenants the user can see, and the create form for those they manage."""
 
     def get(self, request):
-        keys = api_keys_visible_to(
-            user=request.user,
-            reads_everything=reads_everything(request.user),
-            tenant_ids=tenant_ids(request.user),
-        )
-        managed = managed_tenants(request)
-        page = Paginator(keys, PAGE_SIZE).get_page(request.GET.get("page"))
-        managed_ids = set(managed.values_list("pk", flat=True))
-        return render(
-            request,
-            "billing/apikey_list.html",
-            {
-                "page": page,
-                "qs": query_without_page(request),
-                "managed_ids": managed_ids,
-                "form": ApiKeyCreateForm(tenants=managed) if managed_ids else None,
-                "gateway_url": settings.GATEWAY_PUBLIC_URL,
-            },
-        )
+        return _key_list_page(request)
 
 
 class ApiKeyCreateView(PlatformUserRequiredMixin, View):
@@ -62,7 +70,7 @@ class ApiKeyCreateView(PlatformUserRequiredMixin, View):
             raise PermissionDenied("Only tenant admins and platform admins create keys.")
         form = ApiKeyCreateForm(request.POST, tenants=managed)
         if not form.is_valid():
-            return render(request, "billing/apikey_form.html", {"form": form}, status=400)
+            return _key_list_page(request, form=form, status=400)
         d = form.cleaned_data
         try:
             key, secret = api_key_create(
@@ -76,7 +84,7 @@ class ApiKeyCreateView(PlatformUserRequiredMixin, View):
             )
         except ValidationError as exc:
             form.add_error(None, exc)
-            return render(request, "billing/apikey_form.html", {"form": form}, status=400)
+            return _key_list_page(request, form=form, status=400)
         response = render(
             request,
             "billing/apikey_created.html",

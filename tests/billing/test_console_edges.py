@@ -1,0 +1,69 @@
+"""The console at its edges (issue 25): forms that refuse absurd input with a form error, saves that
+change nothing and record nothing, and figures that mean what they say."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from audit.models import AuditEvent
+from billing.models import ApiKey, Budget
+
+pytestmark = pytest.mark.django_db
+
+
+# --- API keys: a past expiry is a form error on the styled page ------------------------------------
+
+
+def test_key_form_answers_a_past_expiry_with_a_form_error_on_the_full_page(tenant_admin_client, tenant):
+    past = (timezone.now() - dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+    r = tenant_admin_client.post(
+        reverse("billing:key_create"),
+        {"tenant": tenant.pk, "name": "late", "expires_at": past, "rpm_limit": 0, "tpm_limit": 0},
+    )
+    assert r.status_code == 400
+    html = r.content.decode()
+    assert "<nav" in html and "bootstrap.min.css" in html  # the whole page, not a bare fragment
+    assert "The expiry must be in the future" in html
+    assert not ApiKey.objects.filter(name="late").exists()
+
+
+def test_key_form_date_picker_offers_no_past_minute(tenant_admin_client):
+    html = tenant_admin_client.get(reverse("billing:key_list")).content.decode()
+    today = timezone.now().strftime("%Y-%m-%d")
+    assert f'min="{today}T' in html
+
+
+# --- budgets: a save that changes nothing records nothing -------------------------------------------
+
+
+BUDGET_FORM = {
+    "amount_usd": "25.00",
+    "period": "monthly",
+    "soft_threshold_percents": "50,80,100",
+    "hard_cap_percent": "100",
+    "rpm_limit": "0",
+    "tpm_limit": "0",
+    "max_input_tokens": "0",
+    "max_output_tokens": "0",
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_budget_save_that_changes_nothing_records_no_event(admin_client, tenant):
+    # transaction=True: the raw-write trigger fires at COMMIT, which a plain test never reaches.
+    url = reverse("billing:budget_edit", args=[tenant.slug])
+    assert admin_client.post(url, BUDGET_FORM).status_code == 302
+    first = Budget.objects.get(tenant=tenant).updated_at
+    seq = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first()
+    assert admin_client.post(url, BUDGET_FORM).status_code == 302
+    assert list(AuditEvent.objects.filter(seq__gt=seq).values_list("action", "actor")) == []
+    assert Budget.objects.get(tenant=tenant).updated_at == first
+    # A real change is still recorded, once, by the service.
+    assert admin_client.post(url, {**BUDGET_FORM, "amount_usd": "30"}).status_code == 302
+    assert list(AuditEvent.objects.filter(seq__gt=seq).values_list("action", flat=True)) == ["budget.update"]
+    assert Budget.objects.get(tenant=tenant).amount_usd == Decimal("30")
