@@ -67,3 +67,26 @@ def test_a_budget_save_that_changes_nothing_records_no_event(admin_client, tenan
     assert admin_client.post(url, {**BUDGET_FORM, "amount_usd": "30"}).status_code == 302
     assert list(AuditEvent.objects.filter(seq__gt=seq).values_list("action", flat=True)) == ["budget.update"]
     assert Budget.objects.get(tenant=tenant).amount_usd == Decimal("30")
+
+
+# --- latency: TPOT is undefined for non-streamed answers -------------------------------------------
+
+
+def test_non_streamed_requests_count_in_ttft_but_not_in_tpot(tenant):
+    from billing.selectors.costs import latency_percentiles
+    from billing.services.rollups import usage_rollup_run
+    from tests.billing.test_rollups import make_event
+
+    at = timezone.now().replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=2)
+    streamed = [make_event(tenant, at=at, ttft=200.0, tpot=30.0) for _ in range(5)]
+    # What older gateways wrote for a unary answer: the whole body arrives at once, "TPOT" ~ 0.
+    unary = [make_event(tenant, at=at, ttft=900.0, tpot=t) for t in (0.0, 0.01, 0.02, 0.0, 0.03)]
+    type(streamed[0]).objects.filter(pk__in=[e.pk for e in streamed]).update(stream=True)
+    assert not any(e.stream for e in unary)
+    usage_rollup_run(lag_seconds=0)
+    p = latency_percentiles(
+        tenant_id=tenant.pk, since=at - dt.timedelta(days=1), until=at + dt.timedelta(days=1)
+    )
+    assert p["tpot_count"] == 5 and p["ttft_count"] == 10
+    assert p["tpot"]["p50"] == pytest.approx(30.0, rel=0.02)  # not dragged to ~0 by the unary ones
+    assert p["ttft"]["p95"] == pytest.approx(900.0, rel=0.02)
