@@ -18,6 +18,7 @@ from billing.models import (
     TenantLimits,
 )
 from billing.services.gateway_config import tenancy_section_publish_on_commit
+from governor.text import bidi_error
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ def api_key_create(
     """Create a key; returns the row and the secret, which is shown once and never stored."""
     if expires_at is not None and expires_at <= timezone.now():
         raise ValidationError({"expires_at": "The expiry must be in the future."})
+    if bidi_error(name):
+        raise ValidationError({"name": bidi_error(name)})
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
     key = ApiKey(
         tenant=tenant,

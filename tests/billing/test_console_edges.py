@@ -90,3 +90,50 @@ def test_non_streamed_requests_count_in_ttft_but_not_in_tpot(tenant):
     assert p["tpot_count"] == 5 and p["ttft_count"] == 10
     assert p["tpot"]["p50"] == pytest.approx(30.0, rel=0.02)  # not dragged to ~0 by the unary ones
     assert p["ttft"]["p95"] == pytest.approx(900.0, rel=0.02)
+
+
+# --- bidirectional control characters in names ------------------------------------------------------
+
+RLO = "\u202e"
+
+
+def test_a_tenant_name_with_a_right_to_left_override_is_a_form_error(admin_client):
+    r = admin_client.post(reverse("billing:tenant_create"), {"name": f"Acme {RLO}hcraeS", "is_active": "on"})
+    assert r.status_code == 400
+    assert "direction-control characters (U+202E RIGHT-TO-LEFT OVERRIDE)" in r.content.decode()
+    assert RLO not in r.content.decode()  # the page echoing the input does not render it reversed either
+    from billing.models import Tenant
+
+    assert not Tenant.objects.filter(name__contains=RLO).exists()
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\u202d", "\u2067", "\u200f", "\u061c"])
+def test_the_api_refuses_bidi_controls_in_tenant_and_key_names(admin_client, tenant, char):
+    r = admin_client.post("/api/billing/tenants/", {"name": f"Glo{char}bex", "slug": "globex2"}, content_type="application/json")
+    assert r.status_code == 400 and "name" in r.json()
+    r = admin_client.patch(
+        f"/api/billing/tenants/{tenant.slug}/", {"name": f"Acme{char}"}, content_type="application/json"
+    )
+    assert r.status_code == 400
+    tenant.refresh_from_db()
+    assert tenant.name == "Acme Search"
+    r = admin_client.post(
+        reverse("api-key-list"), {"tenant": tenant.slug, "name": f"app{char}"}, content_type="application/json"
+    )
+    assert r.status_code == 400 and not ApiKey.objects.exists()
+
+
+def test_an_old_row_with_a_bidi_override_renders_in_its_stored_order(admin_client, member_client, tenant):
+    from billing.models import Tenant
+
+    # Stored before the check (or by SQL): the pages must not show it reversed.
+    Tenant.objects.filter(pk=tenant.pk).update(name=f"Acme {RLO}hcraeS")
+    for client, url in [
+        (admin_client, reverse("billing:tenant_list")),
+        (admin_client, reverse("billing:budget_list")),
+        (member_client, reverse("billing:tenant_cost", args=[tenant.slug])),
+        (member_client, reverse("billing:tenant_detail", args=[tenant.slug])),
+    ]:
+        html = client.get(url).content.decode()
+        assert "Acme hcraeS" in html, url
+        assert not any(c in html for c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"), url
