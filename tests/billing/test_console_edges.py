@@ -109,7 +109,9 @@ def test_a_tenant_name_with_a_right_to_left_override_is_a_form_error(admin_clien
 
 @pytest.mark.parametrize("char", ["\u202e", "\u202d", "\u2067", "\u200f", "\u061c"])
 def test_the_api_refuses_bidi_controls_in_tenant_and_key_names(admin_client, tenant, char):
-    r = admin_client.post("/api/billing/tenants/", {"name": f"Glo{char}bex", "slug": "globex2"}, content_type="application/json")
+    r = admin_client.post(
+        "/api/billing/tenants/", {"name": f"Glo{char}bex", "slug": "globex2"}, content_type="application/json"
+    )
     assert r.status_code == 400 and "name" in r.json()
     r = admin_client.patch(
         f"/api/billing/tenants/{tenant.slug}/", {"name": f"Acme{char}"}, content_type="application/json"
@@ -118,7 +120,9 @@ def test_the_api_refuses_bidi_controls_in_tenant_and_key_names(admin_client, ten
     tenant.refresh_from_db()
     assert tenant.name == "Acme Search"
     r = admin_client.post(
-        reverse("api-key-list"), {"tenant": tenant.slug, "name": f"app{char}"}, content_type="application/json"
+        reverse("api-key-list"),
+        {"tenant": tenant.slug, "name": f"app{char}"},
+        content_type="application/json",
     )
     assert r.status_code == 400 and not ApiKey.objects.exists()
 
