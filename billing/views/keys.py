@@ -22,6 +22,7 @@ from governor.access import (
     can_manage_tenant_keys,
     can_read_tenant,
     reads_everything,
+    refuse_hidden_write,
     refuse_write,
     tenant_ids,
 )
@@ -98,6 +99,8 @@ class ApiKeyRevokeView(PlatformUserRequiredMixin, View):
     def post(self, request, pk: int):
         key = get_object_or_404(ApiKey, pk=pk)
         if not can_read_tenant(request.user, key.tenant_id):
+            refuse_hidden_write(request, target_type="billing.apikey", target_id=key.pk, tenant_id=key.tenant_id,
+                                reason="Revoke of another tenant's key, answered as if it did not exist.")  # fmt: skip
             raise Http404("No such key.")
         if not can_manage_tenant_keys(request.user, key.tenant_id):
             refuse_write(request, reason="Only this tenant's admins and platform admins revoke keys.")
