@@ -70,7 +70,8 @@ def events_filtered(
     if actor:
         qs = qs.filter(actor=actor)
     if action:
-        qs = qs.filter(action__startswith=action) if action.endswith(".") else qs.filter(action=action)
+        # Part of the name finds the family: ``model_version`` finds ``model_version.gate_override``.
+        qs = qs.filter(action__icontains=action)
     if object_type:
         qs = qs.filter(object_type=object_type)
     if object_id:

@@ -7,6 +7,7 @@ from django import forms
 from catalog.constants import Framework, KvCacheDtype, Lifecycle, Precision
 from catalog.models import GpuType, Model, ModelVersion
 from governor.forms import BootstrapMixin
+from governor.text import REASON_MAX_CHARS
 
 
 class GpuTypeForm(BootstrapMixin, forms.ModelForm):
@@ -79,7 +80,9 @@ class ModelVersionForm(BootstrapMixin, forms.ModelForm):
 
 class LifecycleForm(BootstrapMixin, forms.Form):
     to = forms.ChoiceField(choices=Lifecycle.choices, label="Move to")
-    reason = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+    reason = forms.CharField(
+        required=False, max_length=REASON_MAX_CHARS, widget=forms.Textarea(attrs={"rows": 2})
+    )
     override = forms.BooleanField(required=False, label="Override the eval gates")
 
 

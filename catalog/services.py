@@ -21,6 +21,7 @@ from catalog.models import GpuCostVersion, GpuType, Model, ModelVersion
 from engines.memory import MemoryEstimate, estimate_memory
 from engines.specs import UnknownKvCacheDtypeError, UnknownPrecisionError
 from governor.access import is_platform_admin
+from governor.text import REASON_MAX_CHARS
 
 HOURS_PER_YEAR = Decimal("8766")  # 365.25 days
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12
@@ -204,6 +205,8 @@ def model_version_transition(
     The row is locked for the check and the update, so two concurrent moves cannot both succeed.
     """
     reason = (reason or "").strip()
+    if len(reason) > REASON_MAX_CHARS:
+        raise ValidationError({"reason": f"At most {REASON_MAX_CHARS} characters."})
     if to not in Lifecycle.values:
         raise ValidationError({"lifecycle": f"Unknown lifecycle state {to!r}."})
     locked = ModelVersion.objects.select_for_update(of=("self",)).select_related("model").get(pk=version.pk)

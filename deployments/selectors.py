@@ -37,6 +37,11 @@ def route_list() -> QuerySet[ModelRoute]:
     return ModelRoute.objects.prefetch_related(Prefetch("targets", queryset=targets)).order_by("public_name")
 
 
+def route_public_names() -> set[str]:
+    """Every public model name a route answers to (what a price can be set for)."""
+    return set(ModelRoute.objects.values_list("public_name", flat=True))
+
+
 def routing_table() -> dict:
     """``{public_name: {"long_context_threshold", "tenant_ids", "targets": [...]}}`` for the gateway's
     snapshot (``tenant_ids``: the tenants that may use the name, or None for every tenant).

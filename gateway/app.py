@@ -964,8 +964,8 @@ class _Request:
 
     def _event(self, finished_at: float, e2e: float) -> dict:
         tg = self.target
-        tpot = None
-        if self.ttft is not None and self.completion_tokens > 1:
+        tpot = None  # undefined for a non-streamed answer: it arrives whole, with no gap between tokens
+        if self.stream and self.ttft is not None and self.completion_tokens > 1:
             tpot = (e2e - self.ttft) / (self.completion_tokens - 1) * 1000
         return {
             "schema_version": SPOOL_SCHEMA_VERSION,

@@ -67,6 +67,9 @@ if cap >= 0 then
   spent = tonumber(redis.call('HGET', KEYS[5], 'spent') or '0')
   held = tonumber(redis.call('HGET', KEYS[5], 'held') or '0')
   if spent + held + hold > cap then
+    -- When refusals began this period: the console shows it and notifies (once per period).
+    redis.call('HSETNX', KEYS[5], 'refused_at', t[1])
+    redis.call('EXPIRE', KEYS[5], tonumber(ARGV[9]))
     return {5, 0, cap, spent, held}
   end
   redis.call('HINCRBY', KEYS[5], 'held', hold)
@@ -161,6 +164,12 @@ return n
 """
 
 
+def budget_hash_key(prefix: str, tenant_id: int, period_key: str) -> str:
+    """The Redis hash of a tenant's period: ``spent`` and ``held`` (nano-dollars) and ``refused_at``
+    (epoch second of the first refusal at the hard cap). The console reads it to agree with the gateway."""
+    return f"{prefix}budget:{tenant_id}:{period_key}"
+
+
 @dataclass(slots=True)
 class Admission:
     """What ADMIT answered: ``reason`` 0 means admitted."""
@@ -197,7 +206,7 @@ class Limiter:
         self._settle = redis.script(SETTLE_LUA)
 
     def budget_key(self, tenant_id: int, period_key: str) -> str:
-        return f"{self.prefix}budget:{tenant_id}:{period_key}"
+        return budget_hash_key(self.prefix, tenant_id, period_key)
 
     def ledger_key(self, worker_id: str) -> str:
         """A worker's in-flight ledger (hash): ``r:<event id>`` the entry, ``n:<event id>`` progress."""

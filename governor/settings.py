@@ -66,6 +66,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "governor.middleware.RejectNulBytesMiddleware",
+    "governor.middleware.NeutraliseBidiControlsMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -197,6 +198,9 @@ AUDIT_OPERATIONAL_COLUMNS = {
     ],
 }  # fmt: skip
 AUDIT_READER_CHECK = "governor.access.reads_everything"
+# Which public model names exist (the routes), for billing's price forms: billing sits below
+# deployments, so the project names the selector here (docs/decisions/0017).
+BILLING_PUBLIC_MODEL_NAMES = "deployments.selectors.route_public_names"
 # Redis key of the published chain head; empty = one key per database name (tests get their own).
 AUDIT_HEAD_KEY = env_str("AUDIT_HEAD_KEY", "")
 

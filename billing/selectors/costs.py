@@ -10,7 +10,7 @@ from django.db.models.functions import TruncMonth, TruncWeek
 from django.utils import timezone
 
 from billing.models import NANOS_PER_USD, ApiKey, Budget, RollupCursor, Tenant, UsageRollup
-from billing.selectors.budgets import period_bounds
+from billing.selectors.budgets import budget_gateway_state, period_bounds
 from billing.sketches import sketch_merge, sketch_quantiles
 
 BUCKETS = ("day", "week", "month")
@@ -180,7 +180,8 @@ def budget_burndown(*, tenant: Tenant, at: dt.datetime | None = None) -> dict | 
     forecast, cap_at = spend_forecast(
         spent_nanos=spent, cap_nanos=cap, period_start=start, period_end=end, at=at
     )
-    return {
+    rate = spent / max((at - start).total_seconds(), 1.0)  # nanos per second, as the forecast's
+    burndown = {
         "budget": budget,
         "period_key": key,
         "period_start": start,
@@ -195,6 +196,36 @@ def budget_burndown(*, tenant: Tenant, at: dt.datetime | None = None) -> dict | 
         "days": cumulative,
         "formula": "forecast = spend so far ÷ time elapsed in the period × period length",
     }
+    return _as_the_gateway_sees_it(burndown, tenant_id=tenant.pk, at=at, rate=rate)
+
+
+def _as_the_gateway_sees_it(burndown: dict, *, tenant_id: int, at: dt.datetime, rate: float) -> dict:
+    """Make the cap figures agree with the gateway's refusals.
+
+    The rollups lag by up to a minute and know nothing of requests in flight, while the gateway
+    refuses a request once ``spent + held + its worst case`` passes the hard cap. So the cap time
+    comes from the gateway's counters: when it has refused, the cap was reached then (a past time,
+    in ``refusing_since``); otherwise it is when the room left, ``cap - spent - held``, runs out
+    at the period's burn rate.
+    """
+    budget = burndown["budget"]
+    cap = budget.hard_cap_nanos
+    gw = budget_gateway_state(tenant_id=tenant_id, period_key=burndown["period_key"])
+    burndown.update(refusing_since=None, held_usd=Decimal(0), room_usd=None)
+    if cap is None or gw is None:
+        return burndown
+    burndown["held_usd"] = _usd(gw.held_nanos)
+    room = max(0, cap - gw.spent_nanos - gw.held_nanos)
+    burndown["room_usd"] = _usd(room)
+    if gw.refused_at is not None:
+        burndown.update(refusing_since=gw.refused_at, cap_at=None, over_cap=True)
+    elif room == 0:
+        burndown.update(cap_at=None, over_cap=True)
+    elif rate > 0:
+        seconds = room / rate
+        left = (burndown["period_end"] - at).total_seconds()
+        burndown["cap_at"] = at + dt.timedelta(seconds=seconds) if seconds < left else None
+    return burndown
 
 
 def rollup_freshness() -> dict:

@@ -48,13 +48,26 @@ def budget_notification_create(*, alert: BudgetAlert) -> Notification:
     budget = getattr(tenant, "budget", None)
     amount = f"${budget.amount_usd:.2f} {budget.period}" if budget else "its budget"
     spent = alert.spent_nanos / NANOS_PER_USD
-    title = f"{tenant.name} passed {alert.percent}% of {amount} ({alert.period_key})"
-    body = (
-        f"Spend in period {alert.period_key} reached ${spent:.4f}, past the {alert.percent}% threshold of "
-        f"{amount}. See the tenant's cost page for the burn-down and forecast."
-    )
+    if alert.kind == BudgetAlert.Kind.CAP:
+        kind = Notification.Kind.BUDGET_CAP
+        title = f"{tenant.name}: requests refused, hard cap of {amount} reached ({alert.period_key})"
+        body = (
+            f"The gateway is refusing {tenant.name}'s requests (HTTP 429, budget_exceeded): spend in period "
+            f"{alert.period_key} is ${spent:.4f} and, with requests in flight, no room is left under the "
+            f"hard cap of {alert.percent}% of {amount}. Raise the budget or the cap to serve again; "
+            "otherwise requests are served from the next period on."
+        )
+        event = "budget.cap_reached"
+    else:
+        kind = Notification.Kind.BUDGET_THRESHOLD
+        title = f"{tenant.name} passed {alert.percent}% of {amount} ({alert.period_key})"
+        body = (
+            f"Spend in period {alert.period_key} reached ${spent:.4f}, past the {alert.percent}% threshold of "
+            f"{amount}. See the tenant's cost page for the burn-down and forecast."
+        )
+        event = "budget.threshold_crossed"
     payload = {
-        "event": "budget.threshold_crossed",
+        "event": event,
         "tenant": tenant.slug,
         "period": alert.period_key,
         "percent": alert.percent,
@@ -64,7 +77,7 @@ def budget_notification_create(*, alert: BudgetAlert) -> Notification:
     with transaction.atomic():
         note = Notification.objects.create(
             tenant=tenant,
-            kind=Notification.Kind.BUDGET_THRESHOLD,
+            kind=kind,
             alert=alert,
             title=title,
             body=body,

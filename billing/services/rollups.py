@@ -56,14 +56,17 @@ FROM billing_usage_event WHERE id > %(after)s AND id <= %(upto)s
 GROUP BY 1, 2, 3, 4, 5, 6, 7
 """
 
-# One row per (hour, dimensions, metric, bucket key): the DDSketch bins of TTFT and TPOT.
+# One row per (hour, dimensions, metric, bucket key): the DDSketch bins of TTFT and TPOT. TPOT is the
+# gap between streamed tokens: a non-streamed answer arrives whole, so it has none (older gateways
+# wrote a near-zero figure for it, which would drag the tenant's percentiles down); it still counts
+# in TTFT, the time its client waited for the first token.
 _BINS_SQL = f"""
 SELECT hour, tenant_id, public_model, version_id, api_key_id, deployment_id, price_id, metric, k, count(*) FROM (
   SELECT {_DIMS}, 't' AS metric, CASE WHEN ttft_ms > 0 THEN ceil(ln(ttft_ms) / %(ln_gamma)s)::int END AS k
   FROM billing_usage_event WHERE id > %(after)s AND id <= %(upto)s AND ttft_ms IS NOT NULL
   UNION ALL
   SELECT {_DIMS}, 'p' AS metric, CASE WHEN tpot_ms > 0 THEN ceil(ln(tpot_ms) / %(ln_gamma)s)::int END AS k
-  FROM billing_usage_event WHERE id > %(after)s AND id <= %(upto)s AND tpot_ms IS NOT NULL
+  FROM billing_usage_event WHERE id > %(after)s AND id <= %(upto)s AND tpot_ms IS NOT NULL AND stream
 ) s
 GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
 """

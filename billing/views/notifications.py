@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.views import View
 
 from billing.models import Tenant
-from billing.selectors.notifications import notifications_visible_to, unread_count
+from billing.selectors.notifications import notification_tenant_id, notifications_visible_to, unread_count
 from billing.services.notifications import notification_mark_read, tenant_webhook_set
 from billing.views.common import PAGE_SIZE, managed_tenants
 from governor.access import (
@@ -19,6 +19,7 @@ from governor.access import (
     can_manage_tenant_keys,
     can_read_tenant,
     reads_everything,
+    refuse_hidden_write,
 )
 
 
@@ -51,6 +52,10 @@ class NotificationReadView(PlatformUserRequiredMixin, View):
         qs = notifications_visible_to(user=request.user, reads_everything=reads_everything(request.user))
         note = qs.filter(pk=pk).first()
         if note is None:
+            hidden = notification_tenant_id(pk=pk)
+            if hidden is not None:
+                refuse_hidden_write(request, target_type="billing.notification", target_id=pk, tenant_id=hidden,
+                                    reason="Another tenant's notification, answered as if it did not exist.")  # fmt: skip
             raise Http404("No such notification.")
         notification_mark_read(notification=note, user=request.user)
         return redirect(reverse("billing:notification_list"))
@@ -62,6 +67,8 @@ class TenantWebhookView(PlatformUserRequiredMixin, View):
     def post(self, request, slug: str):
         tenant = get_object_or_404(Tenant, slug=slug)
         if not can_read_tenant(request.user, tenant.pk):
+            refuse_hidden_write(request, target_type="billing.tenant", target_id=tenant.pk, tenant_id=tenant.pk,
+                                reason="Webhook of another tenant, answered as if it did not exist.")  # fmt: skip
             raise Http404("No such tenant.")
         if not can_manage_tenant_keys(request.user, tenant.pk):
             raise PermissionDenied("Only the tenant's admins may set its webhook.")

@@ -2,6 +2,7 @@ from rest_framework import serializers
 
 from catalog.constants import KvCacheDtype, Precision
 from catalog.models import GpuType, Model, ModelVersion
+from governor.text import REASON_MAX_CHARS
 
 
 class _CleanedModelSerializer(serializers.ModelSerializer):
@@ -75,7 +76,7 @@ class ModelVersionSerializer(_CleanedModelSerializer):
 
 class LifecycleSerializer(serializers.Serializer):
     to = serializers.ChoiceField(choices=[c for c, _ in ModelVersion._meta.get_field("lifecycle").choices])
-    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=REASON_MAX_CHARS)
     override = serializers.BooleanField(required=False, default=False)
 
 

@@ -96,7 +96,7 @@ class FaultsSerializer(serializers.Serializer):
     ttft_extra_ms = serializers.FloatField(required=False, min_value=0)
     decode_slowdown = serializers.FloatField(required=False, min_value=1)
     error_rate = serializers.FloatField(required=False, min_value=0, max_value=1)
-    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
 
 class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

@@ -40,7 +40,8 @@ def catalog_data(db):
 
 def test_admin_filters_versions_and_reads_memory_estimates(page, live_server, admin_user, catalog_data):
     login(page, live_server.url, "admin")
-    page.click("text=Catalog")
+    page.click("nav >> text=Models & gates")
+    page.click("nav >> text=Catalog")
     page.select_option("select[name=precision]", "fp8")
     page.wait_for_function("() => !document.querySelector('#version-table').innerText.includes('405B')")
     rows = page.locator("#version-table tbody tr")
