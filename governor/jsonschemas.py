@@ -9,8 +9,23 @@ messages, so units and meaning travel with the bound (``rate (req/s): must be at
 
 from __future__ import annotations
 
+import math
+
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
+from jsonschema.validators import extend
+
+# JSON has no NaN or infinity, but Python callers can pass them and they slip past every bound
+# (NaN compares false both ways): a number here is finite.
+Validator = extend(
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
+        "number",
+        lambda checker, value: (
+            Draft202012Validator.TYPE_CHECKER.is_type(value, "number") and math.isfinite(value)
+        ),
+    ),
+)
 
 _TYPE_WORDS = {
     "integer": "a whole number",
@@ -58,8 +73,10 @@ def _rule(error: SchemaError) -> str:
         return "must not be empty"
     if keyword == "maxLength":
         return f"takes at most {bound:,} characters"
-    if keyword == "false":
-        return "is not allowed here"
+    if keyword in ("false", "not"):
+        return "is not allowed"
+    if keyword == "pattern":
+        return f"{got!r} is not in the expected form"
     return error.message
 
 
@@ -85,15 +102,17 @@ def dotted(path: tuple) -> str:
     return out
 
 
-def schema_errors(schema: dict, document: object) -> list[tuple[tuple, str]]:
+def schema_errors(schema: dict, document: object, *, at: tuple = ()) -> list[tuple[tuple, str]]:
     """Every violation of ``schema`` by ``document`` as ``(path, message)``, in document order.
 
     The message starts with the dotted path (``steps[2].weight: must be at most 100``) so it reads
-    alone; the path tuple lets callers key it by field.
+    alone; the path tuple lets callers key it by field. ``at`` is where the document sits in what
+    the caller received (``("workload",)``), so the messages name the field as the caller sent it.
     """
     found = []
-    for error in Draft202012Validator(schema).iter_errors(document):
+    for error in Validator(schema).iter_errors(document):
         path, title, rule = _where(error)
+        path = (*at, *path)
         where = " ".join(filter(None, (dotted(path), f"({title})" if title else "")))
         found.append((path, f"{where}: {rule}" if where else rule[0].upper() + rule[1:]))
     return found
