@@ -116,3 +116,45 @@ def schema_errors(schema: dict, document: object, *, at: tuple = ()) -> list[tup
         where = " ".join(filter(None, (dotted(path), f"({title})" if title else "")))
         found.append((path, f"{where}: {rule}" if where else rule[0].upper() + rule[1:]))
     return found
+
+
+_DRAFT_ONLY = ("$schema", "if", "then", "else", "propertyNames")
+
+
+def openapi_30(schema: dict) -> dict:
+    """``schema`` as an OpenAPI 3.0 Schema Object, with the exact Draft 2020-12 schema beside it.
+
+    The API document is OpenAPI 3.0 (drf-spectacular's default), whose dialect has no ``if``/``then``,
+    no ``null`` type and a boolean ``exclusiveMinimum``. Client generators and the API fuzz read
+    the 3.0 rendering (every bound and choice, without the conditional rules); ``x-json-schema``
+    carries the schema the server validates with, for anyone who wants it whole.
+    """
+    return {**_to_30(schema), "x-json-schema": {k: v for k, v in schema.items() if k != "$schema"}}
+
+
+def _to_30(node):
+    if isinstance(node, list):
+        return [_to_30(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _to_30(v) for k, v in node.items() if k not in _DRAFT_ONLY}
+    kinds = out.get("type")
+    if isinstance(kinds, list):
+        real = [k for k in kinds if k != "null"]
+        out.pop("type")
+        if len(real) == 1:
+            out["type"] = real[0]
+        if "null" in kinds:
+            out["nullable"] = True
+    if isinstance(out.get("exclusiveMinimum"), int | float) and not isinstance(out["exclusiveMinimum"], bool):
+        out["minimum"], out["exclusiveMinimum"] = out["exclusiveMinimum"], True
+    if "const" in out:
+        out["enum"] = [out.pop("const")]
+    if "enum" in out and None in out["enum"]:
+        out["enum"] = [v for v in out["enum"] if v is not None]
+        out["nullable"] = True
+    if "allOf" in out:
+        out["allOf"] = [s for s in out["allOf"] if s]
+        if not out["allOf"]:
+            out.pop("allOf")
+    return out

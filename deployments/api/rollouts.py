@@ -17,6 +17,7 @@ from deployments.rollouts.schemas import CHECKS as CHECKS_SCHEMA
 from deployments.rollouts.schemas import STEPS as STEPS_SCHEMA
 from deployments.services import deployment_faults_set
 from governor.access import ReadsEverythingOrAdmin
+from governor.jsonschemas import openapi_30
 
 
 class AnalysisRunSerializer(serializers.ModelSerializer):
@@ -66,12 +67,12 @@ class RolloutSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-@extend_schema_field(STEPS_SCHEMA)
+@extend_schema_field(openapi_30(STEPS_SCHEMA))
 class StepsField(serializers.JSONField):
     """A plan's steps; the OpenAPI document shows ``rollouts.schemas.STEPS``, the service enforces it."""
 
 
-@extend_schema_field(CHECKS_SCHEMA)
+@extend_schema_field(openapi_30(CHECKS_SCHEMA))
 class ChecksField(serializers.JSONField):
     """A plan's checks; the OpenAPI document shows ``rollouts.schemas.CHECKS``."""
 

@@ -8,6 +8,7 @@ from rest_framework import serializers
 from evaluations.constants import GateKind, GateMode
 from evaluations.models import EvalRun, EvalSuiteVersion, GateDecision, GateRun
 from evaluations.schemas import GATE_POLICY
+from governor.jsonschemas import openapi_30
 
 
 class SuiteUploadSerializer(serializers.Serializer):
@@ -70,7 +71,7 @@ class EvalRunSerializer(serializers.ModelSerializer):
                   "concurrency", "snapshot", "created_at", "started_at", "finished_at"]  # fmt: skip
 
 
-@extend_schema_field({k: v for k, v in GATE_POLICY.items() if k != "$schema"})
+@extend_schema_field(openapi_30(GATE_POLICY))
 class GatePolicyField(serializers.JSONField):
     """The policy's three gates; the OpenAPI document shows ``evaluations.schemas.GATE_POLICY``."""
 

@@ -10,24 +10,20 @@ from deployments.selectors import deployment_list
 from evaluations.constants import DEFAULT_SLA, DEFAULT_WORKLOAD, Api, RunKind, RunMode, RunStatus, TargetKind
 from evaluations.models import BenchmarkRun
 from evaluations.schemas import SLA, STAGE, WORKLOAD
+from governor.jsonschemas import openapi_30
 
 
-def _published(schema: dict) -> dict:
-    """The schema as the OpenAPI document shows it (the service validates against the same)."""
-    return {k: v for k, v in schema.items() if k != "$schema"}
-
-
-@extend_schema_field(_published(WORKLOAD))
+@extend_schema_field(openapi_30(WORKLOAD))
 class WorkloadField(serializers.JSONField):
     """A benchmark workload (``evaluations.schemas.WORKLOAD``)."""
 
 
-@extend_schema_field(_published(SLA))
+@extend_schema_field(openapi_30(SLA))
 class SlaField(serializers.JSONField):
     """Per-request SLA limits in ms (``evaluations.schemas.SLA``)."""
 
 
-@extend_schema_field(_published(STAGE))
+@extend_schema_field(openapi_30(STAGE))
 class StageField(serializers.JSONField):
     """How each stage runs (``evaluations.schemas.STAGE``)."""
 

@@ -119,3 +119,4 @@ def test_the_openapi_document_publishes_the_steps_and_checks_schemas(admin_clien
     assert create["steps"]["maxItems"] == schemas.MAX_STEPS
     assert create["steps"]["items"]["properties"]["kind"]["enum"] == list(schemas.STEP_KINDS)
     assert create["checks"]["items"]["properties"]["metric"]["enum"] == list(schemas.METRIC_KEYS)
+    assert create["steps"]["x-json-schema"] == schemas.STEPS  # with its if/then rules, which 3.0 lacks

@@ -241,4 +241,7 @@ def test_the_openapi_document_publishes_the_workload_sla_stage_and_policy_schema
     assert (
         policy["properties"]["stability"]["properties"]["duration_s"]["maximum"] == schemas.MAX_SOAK_SECONDS
     )
+    # OpenAPI 3.0 has no if/then: the exact schema the server validates with rides along whole.
+    assert create["workload"]["x-json-schema"]["properties"]["arrival"] == schemas.ARRIVAL
+    assert policy["x-json-schema"]["properties"]["stability"] == schemas.STABILITY
     assert "$schema" not in policy and "$schema" not in create["workload"]
