@@ -167,7 +167,7 @@ def test_policy_editor_saves_a_new_version_and_shows_errors_on_fields(admin_clie
     data["gpu_type"] = gpu.pk
     data["quality_max_drop"] = "1.7"
     r = admin_client.post(url, data)
-    assert r.status_code == 200 and "out of range" in r.content.decode()
+    assert r.status_code == 200 and "must be between 0 and 1 (got 1.7)" in r.content.decode()
     assert GatePolicy.objects.count() == 1
     data["quality_max_drop"] = "0.05"
     data["reason"] = "tighter"
