@@ -7,11 +7,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection, transaction
 from django.db.models import QuerySet
 
-from audit.chain import EMPTY_HEAD, Head, VerifyResult, verify_records
+from audit import jcs
+from audit.chain import EMPTY_HEAD, Head, VerifyResult
 from audit.head import published_head
-from audit.models import AuditEvent
+from audit.models import AuditCheck, AuditCheckpoint, AuditEvent
 
 
 def events_for_object(*, object_type: str, object_id: str | int) -> QuerySet[AuditEvent]:
@@ -23,6 +25,7 @@ def event_record(event: AuditEvent) -> dict[str, Any]:
     """An event as the plain JSON data its hash covers (plus ``hash``), as exports carry it."""
     at = event.at.astimezone(dt.UTC).isoformat() if event.at is not None else None
     return {
+        "v": event.version,
         "seq": event.seq,
         "chain_index": event.chain_index,
         "prev_hash": event.prev_hash,
@@ -42,6 +45,9 @@ def event_record(event: AuditEvent) -> dict[str, Any]:
         "evidence": event.evidence,
         "request_id": event.request_id,
         "client_address": event.client_address,
+        "nonce": event.nonce,
+        "key_id": event.key_id,
+        "signature": event.signature,
     }
 
 
@@ -123,6 +129,115 @@ def chain_status() -> ChainStatus:
     )
 
 
-def chain_verify(*, published: Head | None = None) -> VerifyResult:
-    """Walk the whole sealed chain in the database and compare it with the published head."""
-    return verify_records(sealed_records(), published=published)
+_STREAM_COLUMNS = (
+    "v", "seq", "chain_index", "prev_hash", "hash", "at", "actor", "actor_id", "role", "action",
+    "object_type", "object_id", "object_repr", "tenant_id", "before", "after", "reason", "evidence",
+    "request_id", "client_address", "nonce", "key_id", "signature",
+)  # fmt: skip
+_STREAM_SQL = (
+    "SELECT version, seq, chain_index, prev_hash, hash, at, actor, actor_id, role, action, object_type,"
+    " object_id, object_repr, tenant_id, before::text, after::text, reason, evidence::text, request_id,"
+    " client_address, nonce, key_id, signature FROM audit_auditevent WHERE {where} ORDER BY {order}"
+)
+
+
+def stream_records(*, sealed: bool = True, itersize: int = 10000) -> Iterator[dict[str, Any]]:
+    """Sealed events in chain order (or unsealed ones in ``seq`` order) as verifier records, read
+    through a server-side cursor with no model instances: JSON columns come as text and are parsed
+    with ``audit.jcs.loads`` (what the fast canonical form expects). Runs in its own transaction."""
+    where, order = ("chain_index IS NOT NULL", "chain_index") if sealed else ("hash IS NULL", "seq")
+    loads = jcs.loads
+    utc = dt.UTC
+    cols = _STREAM_COLUMNS
+    with transaction.atomic():
+        connection.ensure_connection()
+        with connection.connection.cursor(name=f"audit_stream_{id(object())}") as cursor:
+            cursor.itersize = itersize
+            cursor.execute(_STREAM_SQL.format(where=where, order=order))
+            for row in cursor:
+                record = dict(zip(cols, row, strict=True))
+                record["at"] = row[5].astimezone(utc).isoformat()
+                record["before"] = loads(row[14])
+                record["after"] = loads(row[15])
+                record["evidence"] = loads(row[17])
+                yield record
+
+
+def chain_verify(*, published: Head | None = None, signatures: str = "unwitnessed") -> VerifyResult:
+    """Walk the whole sealed chain against the witness's checkpoints (and the published head), then
+    name every unsealed event that fails authentication and any witness entry the witness lost."""
+    from audit.format import WitnessState, event_signature_problem
+    from audit.walk import walk
+    from audit.witness import WitnessReadError, witness
+
+    w = witness()
+    state = WitnessState()
+    findings: list[str] = []
+    try:
+        for entry in w.entries():
+            state.add(entry)
+    except (WitnessReadError, ValueError) as exc:
+        findings.append(f"witness {w.describe()}: {exc}")
+    copies = AuditCheckpoint.objects.filter(n__gte=state.entries).order_by("n").values_list("n", flat=True)
+    first_lost = copies.first()
+    if first_lost is not None and not findings:
+        findings.append(
+            f"witness {w.describe()} holds {state.entries} entries but the database recorded entry {first_lost}"
+            " being appended to it (witness truncated or replaced)"
+        )
+    result = walk(stream_records(), checkpoints=state.checkpoints, keys=state.keys, signatures=signatures)
+    if result.ok and published is not None and published.index > result.head.index:
+        result = VerifyResult(
+            False, result.head, result.checked, result.head.index + 1,
+            f"chain ends at index {result.head.index} but the published head is index {published.index}"
+            " (tail truncated)",
+        )  # fmt: skip
+    for record in stream_records(sealed=False):
+        problem = event_signature_problem(record, state.keys)
+        if problem is not None:
+            findings.append(
+                f"unsealed event seq {record['seq']} ({record['actor']} {record['action']}): {problem}"
+            )
+    if findings:
+        return VerifyResult(
+            False, result.head, result.checked, result.bad_index, result.reason or findings[0], result.bad_seq,
+            tuple(findings),
+        )  # fmt: skip
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class AuditHealth:
+    """The last automatic checks of the trail: green only when every one ran and passed."""
+
+    checks: tuple[AuditCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks) and self.verified
+
+    @property
+    def verified(self) -> bool:
+        return any(c.name == "chain" for c in self.checks)
+
+    @property
+    def failing(self) -> tuple[AuditCheck, ...]:
+        return tuple(c for c in self.checks if not c.ok)
+
+
+def audit_health() -> AuditHealth:
+    """What the badge shows: the stored result of each check (``chain``, ``seal``, ``witness``, and
+    ``drift`` where audit.drift writes it)."""
+    return AuditHealth(checks=tuple(AuditCheck.objects.order_by("name")))
+
+
+def signing_public_key() -> dict[str, str] | None:
+    """The key events are signed with now (its id and public half), for the Audit page; None when
+    it cannot be read (the page then says so rather than failing)."""
+    from audit.signing import SigningKeyError, signing_key
+
+    try:
+        key = signing_key()
+    except (SigningKeyError, OSError):
+        return None
+    return {"key_id": key.key_id, "public_key": key.public_hex}

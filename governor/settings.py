@@ -199,6 +199,12 @@ AUDIT_OPERATIONAL_COLUMNS = {
 AUDIT_READER_CHECK = "governor.access.reads_everything"
 # Redis key of the published chain head; empty = one key per database name (tests get their own).
 AUDIT_HEAD_KEY = env_str("AUDIT_HEAD_KEY", "")
+# Format 2 (ADR 0018): the Ed25519 signing key (a file, generated on first use with mode 0600, unless
+# GOVERNOR_AUDIT_SIGNING_KEY holds the seed) and the witness of signed checkpoints (by default an
+# append-only file per database under var/audit/; AUDIT_WITNESS_CLASS names another audit.witness.Witness).
+AUDIT_SIGNING_KEY_FILE = env_str("AUDIT_SIGNING_KEY_FILE", "")
+AUDIT_WITNESS_PATH = env_str("AUDIT_WITNESS_PATH", "")
+AUDIT_WITNESS_CLASS = env_str("AUDIT_WITNESS_CLASS", "")
 
 # Content-Security-Policy: no inline script anywhere (docs/decisions/0011). Behaviour lives in
 # static files; data for scripts travels in <script type="application/json"> blocks, which are

@@ -46,6 +46,13 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _own_audit_witness(settings, tmp_path_factory):
+    """Each test database's chain starts empty: its signed checkpoints go to a fresh witness file,
+    never to one left by an earlier run of the same test database (ADR 0018)."""
+    settings.AUDIT_WITNESS_PATH = str(tmp_path_factory.mktemp("audit-witness") / "witness.jsonl")
+
+
 @pytest.fixture
 def tenant(db):
     return TenantFactory(name="Acme Search", slug="acme")

@@ -48,10 +48,10 @@ def test_seal_continues_the_chain_across_batches_and_calls():
 def test_sealed_hash_is_recomputable_from_the_stored_row():
     record_events(1)
     audit_seal()
-    from audit.chain import event_hash
+    from audit.format import leaf_hash
 
     event = AuditEvent.objects.get()
-    assert event_hash(event_record(event)) == event.hash
+    assert leaf_hash(event_record(event)) == event.hash
     assert event_record(event)["after"] == {"n": 1, "note": "café ✓"}
 
 
