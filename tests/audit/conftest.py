@@ -12,10 +12,11 @@ from audit.head import head_forget
 
 @pytest.fixture(autouse=True)
 def _own_head_key(settings, tmp_path):
-    """Each test publishes its chain head under its own Redis key and witnesses its checkpoints in
-    its own file, and removes the key afterwards."""
+    """Each test publishes its chain head under its own Redis key, signs with its own key and
+    witnesses its checkpoints in its own file, and removes the Redis key afterwards."""
     settings.AUDIT_HEAD_KEY = f"governor:audit:head:test:{uuid.uuid4().hex}"
     settings.AUDIT_WITNESS_PATH = str(tmp_path / "audit-witness.jsonl")
+    settings.AUDIT_SIGNING_KEY_FILE = str(tmp_path / "audit-signing-key")
     from audit import alarms
 
     alarms._last_ok.clear()
