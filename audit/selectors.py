@@ -134,8 +134,16 @@ _STREAM_COLUMNS = (
     "object_type", "object_id", "object_repr", "tenant_id", "before", "after", "reason", "evidence",
     "request_id", "client_address", "nonce", "key_id", "signature",
 )  # fmt: skip
+# ``at`` as Python's ``datetime.isoformat()`` of the UTC time writes it (what the signature covers),
+# made by the server: no datetime object per row.
+_AT_ISO = (
+    "to_char(at AT TIME ZONE 'UTC', CASE WHEN date_part('microseconds', at)::bigint % 1000000 = 0"
+    " THEN 'YYYY-MM-DD\"T\"HH24:MI:SS' ELSE 'YYYY-MM-DD\"T\"HH24:MI:SS.US' END) || '+00:00'"
+)
 _STREAM_SQL = (
-    "SELECT version, seq, chain_index, prev_hash, hash, at, actor, actor_id, role, action, object_type,"
+    "SELECT version, seq, chain_index, prev_hash, hash, "
+    + _AT_ISO
+    + ", actor, actor_id, role, action, object_type,"
     " object_id, object_repr, tenant_id, before::text, after::text, reason, evidence::text, request_id,"
     " client_address, nonce, key_id, signature FROM audit_auditevent WHERE {where} ORDER BY {order}"
 )
@@ -147,7 +155,6 @@ def stream_records(*, sealed: bool = True, itersize: int = 10000) -> Iterator[di
     with ``audit.jcs.loads`` (what the fast canonical form expects). Runs in its own transaction."""
     where, order = ("chain_index IS NOT NULL", "chain_index") if sealed else ("hash IS NULL", "seq")
     loads = jcs.loads
-    utc = dt.UTC
     cols = _STREAM_COLUMNS
     with transaction.atomic():
         connection.ensure_connection()
@@ -156,7 +163,6 @@ def stream_records(*, sealed: bool = True, itersize: int = 10000) -> Iterator[di
             cursor.execute(_STREAM_SQL.format(where=where, order=order))
             for row in cursor:
                 record = dict(zip(cols, row, strict=True))
-                record["at"] = row[5].astimezone(utc).isoformat()
                 record["before"] = loads(row[14])
                 record["after"] = loads(row[15])
                 record["evidence"] = loads(row[17])

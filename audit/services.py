@@ -12,10 +12,13 @@ import datetime as dt
 import decimal
 import logging
 import math
+import os
 import secrets
+import threading
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
@@ -201,11 +204,46 @@ def audit_seal(*, wait: bool = True, batch: int = SEAL_BATCH) -> Head:
 
 
 def audit_seal_soon() -> None:
-    """After a commit that recorded events: seal now unless another sealer already is (never blocks)."""
+    """After a commit that recorded events: seal them now, off the request's thread.
+
+    With ``settings.AUDIT_SEAL_IN_BACKGROUND`` (the default) this only wakes the process's sealer
+    thread, so a governed write pays for its signature and its INSERT, not for the seal's own
+    transaction (ADR 0018); otherwise it seals here, unless another sealer already is (never blocks).
+    """
+    if getattr(settings, "AUDIT_SEAL_IN_BACKGROUND", True):
+        _background_sealer_wake()
+        return
     try:
         audit_seal(wait=False)
     except Exception:  # the beat task seals what this missed; a write must not fail after its commit
         log.exception("audit: seal after commit failed; the periodic seal will retry")
+
+
+_wake = threading.Event()
+_sealer: tuple[int, threading.Thread] | None = None
+_sealer_lock = threading.Lock()
+
+
+def _background_sealer_wake() -> None:
+    global _sealer
+    if _sealer is None or _sealer[0] != os.getpid() or not _sealer[1].is_alive():
+        with _sealer_lock:  # one thread per process (a forked worker starts its own)
+            if _sealer is None or _sealer[0] != os.getpid() or not _sealer[1].is_alive():
+                thread = threading.Thread(target=_background_sealer, name="audit-sealer", daemon=True)
+                _sealer = (os.getpid(), thread)
+                thread.start()
+    _wake.set()
+
+
+def _background_sealer() -> None:
+    while True:
+        _wake.wait()
+        _wake.clear()
+        try:
+            audit_seal(wait=False)
+        except Exception:  # the beat task seals what this missed; reconnect next time
+            log.exception("audit: background seal failed; the periodic seal will retry")
+            connection.close()
 
 
 def snapshot(instance: models.Model) -> dict[str, Any]:

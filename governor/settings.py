@@ -205,6 +205,9 @@ AUDIT_HEAD_KEY = env_str("AUDIT_HEAD_KEY", "")
 AUDIT_SIGNING_KEY_FILE = env_str("AUDIT_SIGNING_KEY_FILE", "")
 AUDIT_WITNESS_PATH = env_str("AUDIT_WITNESS_PATH", "")
 AUDIT_WITNESS_CLASS = env_str("AUDIT_WITNESS_CLASS", "")
+# Seal right after each commit on a background thread of the process (the request does not wait for
+# the seal's transaction); off, the committing thread seals (tests use that: deterministic).
+AUDIT_SEAL_IN_BACKGROUND = env_bool("AUDIT_SEAL_IN_BACKGROUND", True)
 
 # Content-Security-Policy: no inline script anywhere (docs/decisions/0011). Behaviour lives in
 # static files; data for scripts travels in <script type="application/json"> blocks, which are

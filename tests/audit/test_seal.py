@@ -138,3 +138,26 @@ def test_writers_and_the_after_commit_seal_never_wait_for_a_busy_sealer():
         assert AuditEvent.objects.get().hash is None
         other.execute("SELECT pg_advisory_unlock(%s)", [SEAL_LOCK_KEY])
     assert audit_seal().index == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_default_background_sealer_seals_soon_after_commit_off_the_writers_thread(settings):
+    """Production default: the commit only wakes the process's sealer thread, which seals on its
+    own connection (the writer does not wait for the seal's transaction)."""
+    import time
+
+    settings.AUDIT_SEAL_IN_BACKGROUND = True
+    with transaction.atomic():
+        audit_record(actor="controller", action="thing.change", object_type="tests.thing", object_id=1)
+    deadline = time.monotonic() + 30
+    while AuditEvent.objects.filter(hash__isnull=True).exists():
+        assert time.monotonic() < deadline, "the background sealer never sealed the event"
+        time.sleep(0.05)
+    from audit.services import _sealer
+
+    assert (
+        _sealer is not None
+        and _sealer[1].name == "audit-sealer"
+        and _sealer[1] is not threading.current_thread()
+    )
+    assert AuditEvent.objects.get().chain_index == 0
