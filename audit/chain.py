@@ -86,6 +86,8 @@ class VerifyResult:
             return f"OK {self.checked} events, head index={self.head.index} hash={self.head.hash}"
         if self.ok:
             return "FAIL " + "; ".join(self.findings)
+        if self.bad_index is None:
+            return f"FAIL {self.reason}"
         where = f"event at chain index {self.bad_index}"
         if self.bad_seq is not None:
             where += f" (seq {self.bad_seq})"

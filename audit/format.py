@@ -65,8 +65,8 @@ def signed_part(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def event_message(record: Mapping[str, Any]) -> bytes:
-    """The bytes an event's signature covers."""
-    return EVENT_DOMAIN + jcs.canonical(signed_part(record))
+    """The bytes an event's signature covers (values as Python or ``jcs.loads`` gives them)."""
+    return EVENT_DOMAIN + jcs.canonical(jcs.floats(signed_part(record)))
 
 
 def leaf_object(record: Mapping[str, Any]) -> dict[str, Any]:
