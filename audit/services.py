@@ -235,10 +235,27 @@ def _background_sealer_wake() -> None:
     _wake.set()
 
 
+_stop = threading.Event()
+
+
+def background_sealer_stop() -> None:
+    """Stop this process's sealer thread and close its connection (tests, before dropping a database)."""
+    global _sealer
+    if _sealer is not None and _sealer[1].is_alive():
+        _stop.set()
+        _wake.set()
+        _sealer[1].join(timeout=30)
+    _sealer = None
+    _stop.clear()
+
+
 def _background_sealer() -> None:
     while True:
         _wake.wait()
         _wake.clear()
+        if _stop.is_set():
+            connection.close()
+            return
         try:
             audit_seal(wait=False)
         except Exception:  # the beat task seals what this missed; reconnect next time

@@ -51,7 +51,7 @@ from audit.format import event_message, leaf_hash  # noqa: E402
 from audit.head import head_forget  # noqa: E402
 from audit.models import AuditEvent  # noqa: E402
 from audit.selectors import chain_head, chain_verify, event_record  # noqa: E402
-from audit.services import SEAL_LOCK_KEY, audit_record, audit_seal  # noqa: E402
+from audit.services import SEAL_LOCK_KEY, audit_record, audit_seal, background_sealer_stop  # noqa: E402
 from audit.signing import signing_key  # noqa: E402
 from audit.witness import witness  # noqa: E402
 from audit.witness_state import entry_append, witness_bootstrap  # noqa: E402
@@ -319,6 +319,7 @@ def main() -> None:
         designs = [r for w in args.designs.split(",") if w for r in _designs(int(w), 50, 2.0)]
     finally:
         head_forget()
+        background_sealer_stop()
         with connection.cursor() as cursor:  # the background sealer thread's connection, among others
             cursor.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"

@@ -238,3 +238,22 @@ def test_broken_chain_turns_the_badge_red_without_pressing_verify(admin_client):
     body = admin_client.get(reverse("audit:event_list")).content.decode()
     assert 'data-audit-health="failed"' in body and 'data-audit-health="ok"' not in body
     assert "first bad event at chain index 2" in body
+
+
+def test_unedited_export_after_a_deleted_tail_fails_offline(admin_client, tmp_path):
+    """The issue's case: delete the last three events as superuser, then take an ordinary export."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    _witnessed(6)
+    tamper("DELETE FROM audit_auditevent WHERE chain_index >= 3")
+    body = b"".join(admin_client.get(reverse("audit:export_json")).streaming_content)
+    path = tmp_path / "export.json"
+    path.write_bytes(body)
+    done = subprocess.run(
+        [sys.executable, "-m", "audit.verify", str(path)], cwd=ROOT, capture_output=True, text=True, env={}
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "first bad event at chain index 3" in done.stdout and "tail truncated" in done.stdout
