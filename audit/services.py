@@ -28,7 +28,6 @@ from audit.format import event_message, event_signature_problem, leaf_hash
 from audit.head import head_publish
 from audit.jcs import MAX_SAFE_INTEGER
 from audit.models import AuditEvent
-from audit.raw_capture import mark_service_write
 from audit.selectors import chain_head, event_record
 from audit.signing import signing_key
 from audit.store import event_insert
@@ -119,8 +118,7 @@ def audit_record(
         object_repr = object_repr or str(target)[:200]
     name, actor_id, role = _actor_fields(actor)
     ctx = context.current()
-    # The raw-write triggers of this transaction's governed rows then stay silent (recorded here).
-    mark_service_write()
+    # event_insert also marks the transaction, so its governed rows' raw-write triggers stay silent.
     key = signing_key()
     at = timezone.now()
     fields: dict[str, Any] = {
