@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -159,14 +162,44 @@ def stream_records(*, sealed: bool = True, itersize: int = 10000) -> Iterator[di
     with transaction.atomic():
         connection.ensure_connection()
         with connection.connection.cursor(name=f"audit_stream_{id(object())}") as cursor:
-            cursor.itersize = itersize
             cursor.execute(_STREAM_SQL.format(where=where, order=order))
-            for row in cursor:
-                record = dict(zip(cols, row, strict=True))
-                record["before"] = loads(row[14])
-                record["after"] = loads(row[15])
-                record["evidence"] = loads(row[17])
-                yield record
+            # The next batch is fetched on a helper thread while this one is hashed: PostgreSQL
+            # produces rows on one core while the walk runs on the other (psycopg waits without the GIL).
+            batches: queue.Queue = queue.Queue(maxsize=2)
+            stop = threading.Event()
+
+            def fetch() -> None:
+                try:
+                    while not stop.is_set():
+                        rows = cursor.fetchmany(itersize)
+                        batches.put(rows)
+                        if not rows:
+                            return
+                except BaseException as exc:  # handed to the consumer, raised there
+                    batches.put(exc)
+
+            fetcher = threading.Thread(target=fetch, name="audit-verify-fetch", daemon=True)
+            fetcher.start()
+            try:
+                while True:
+                    rows = batches.get()
+                    if isinstance(rows, BaseException):
+                        raise rows
+                    if not rows:
+                        break
+                    for row in rows:
+                        record = dict(zip(cols, row, strict=True))
+                        record["before"] = loads(row[14])
+                        record["after"] = loads(row[15])
+                        record["evidence"] = loads(row[17])
+                        yield record
+            finally:
+                # A walk that stops early: let the fetcher finish its batch before the cursor closes.
+                stop.set()
+                while fetcher.is_alive():
+                    with contextlib.suppress(queue.Empty):
+                        batches.get(timeout=0.1)
+                fetcher.join()
 
 
 def chain_verify(*, published: Head | None = None, signatures: str = "unwitnessed") -> VerifyResult:
