@@ -208,6 +208,8 @@ AUDIT_WITNESS_CLASS = env_str("AUDIT_WITNESS_CLASS", "")
 # Seal right after each commit on a background thread of the process (the request does not wait for
 # the seal's transaction); off, the committing thread seals (tests use that: deterministic).
 AUDIT_SEAL_IN_BACKGROUND = env_bool("AUDIT_SEAL_IN_BACKGROUND", True)
+# How long that thread gathers commits before sealing them together (seconds).
+AUDIT_SEAL_BATCH_DELAY_S = env_float("AUDIT_SEAL_BATCH_DELAY_S", 0.05)
 
 # Content-Security-Policy: no inline script anywhere (docs/decisions/0011). Behaviour lives in
 # static files; data for scripts travels in <script type="application/json"> blocks, which are
