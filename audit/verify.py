@@ -42,6 +42,7 @@ def verify_export(
     expected_head: Head | None = None,
     pinned: frozenset[str] = frozenset(),
     signatures: str = "unwitnessed",
+    witness: list[Any] | None = None,
 ) -> VerifyResult:
     """Verify a parsed export (values as ``audit.jcs.loads`` parses them, or plain ``json``)."""
     if not isinstance(data, dict) or data.get("format") not in (FORMAT, FORMAT_2):
@@ -51,7 +52,9 @@ def verify_export(
         raise ExportError("'events' must be a list of objects")
     if data["format"] == FORMAT_2:
         events = [jcs.loads(jcs.canonical(e).decode()) if isinstance(e, dict) else e for e in events]
-    return verify_stream(data, events, expected_head=expected_head, pinned=pinned, signatures=signatures)
+    return verify_stream(
+        data, events, expected_head=expected_head, pinned=pinned, signatures=signatures, witness=witness
+    )
 
 
 def verify_v2(
@@ -60,8 +63,10 @@ def verify_v2(
     *,
     pinned: frozenset[str] = frozenset(),
     signatures: str = "unwitnessed",
+    witness: list[Any] | None = None,
 ) -> VerifyResult:
-    """Format 2: keys, the checkpoint's signature, then the events against the checkpoint."""
+    """Format 2: keys, the checkpoint's signature, then the events against the checkpoint (and,
+    given a copy of the witness, against every checkpoint it holds up to the export's size)."""
     from audit.format import ed25519_verify, entry_message, keys_from_entries, leaf_hash
     from audit.walk import walk
 
@@ -89,8 +94,30 @@ def verify_v2(
                 raise ExportError("every event must be a JSON object")
             yield event
 
+    checkpoints = [cp]
+    if witness is not None:
+        from audit.format import WitnessState
+
+        state = WitnessState()
+        try:
+            for entry in witness:
+                state.add(entry)
+        except ValueError as exc:
+            return VerifyResult(False, EMPTY_HEAD, 0, None, f"witness: {exc}")
+        if pinned and state.key_entries and state.key_entries[0]["public_key"] not in pinned:
+            return VerifyResult(
+                False, EMPTY_HEAD, 0, None, "bad key list: the witness's first key is not the pinned key"
+            )
+        if not any(
+            c.get("n") == cp.get("n") and c.get("signature") == cp.get("signature") for c in state.checkpoints
+        ):
+            return VerifyResult(
+                False, EMPTY_HEAD, 0, None, f"checkpoint {cp.get('n')} of the export is not in the witness (forged or replaced)"
+            )  # fmt: skip
+        checkpoints = [c for c in state.checkpoints if c["size"] <= size]
+        keys = {**keys, **state.keys}
     if header.get("complete") is True:
-        result = walk(checked_events(), checkpoints=[cp], keys=keys, signatures=signatures)
+        result = walk(checked_events(), checkpoints=checkpoints, keys=keys, signatures=signatures)
         if result.ok and result.checked != size:
             return VerifyResult(
                 False, result.head, result.checked, size, f"events after checkpoint {cp.get('n')}'s {size} events"
@@ -141,10 +168,11 @@ def verify_stream(
     expected_head: Head | None = None,
     pinned: frozenset[str] = frozenset(),
     signatures: str = "unwitnessed",
+    witness: list[Any] | None = None,
 ) -> VerifyResult:
     """Like ``verify_export`` with the events as any iterable (read one at a time, any file size)."""
     if header.get("format") == FORMAT_2:
-        return verify_v2(header, events, pinned=pinned, signatures=signatures)
+        return verify_v2(header, events, pinned=pinned, signatures=signatures, witness=witness)
     if header.get("format") != FORMAT:
         raise ExportError(f"not an audit export (expected format {FORMAT!r})")
     head = _head(header.get("head"), "'head'")
@@ -251,13 +279,22 @@ def main(argv: list[str] | None = None) -> int:
         default="unwitnessed",
         help="also check every event's own Ed25519 signature ('all'); the signed checkpoint covers them anyway",
     )
+    parser.add_argument(
+        "--witness",
+        help="a copy of the witness file (JSON lines): the export must agree with every checkpoint in it",
+    )
     args = parser.parse_args(argv)
     try:
+        witness = None
+        if args.witness:
+            with open(args.witness, encoding="utf-8") as fh:
+                witness = [jcs.loads(line) for line in fh if line.strip()]
         result, header = _verify_file(
             args.export,
             args.head,
             pinned=frozenset(k.lower() for k in args.public_key),
             signatures=args.signatures,
+            witness=witness,
         )
     except (OSError, ValueError) as exc:  # json.JSONDecodeError and ExportError are ValueErrors
         print(f"ERROR {exc}", file=sys.stderr)

@@ -265,3 +265,36 @@ def test_unedited_export_after_a_deleted_tail_fails_offline(admin_client, tmp_pa
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "first bad event at chain index 3" in done.stdout and "tail truncated" in done.stdout
+
+
+def test_offline_verifier_checks_an_export_against_a_copy_of_the_witness(admin_client, settings, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    _witnessed(3)
+    _ordinary_writes(2)  # a second checkpoint
+    path = tmp_path / "export.json"
+    path.write_bytes(b"".join(admin_client.get(reverse("audit:export_json")).streaming_content))
+    lines = _witness_lines(settings)
+    assert len(lines) >= 3
+
+    def verify(witness_lines: list[bytes]) -> subprocess.CompletedProcess:
+        copy = tmp_path / "witness-copy.jsonl"
+        copy.write_bytes(b"".join(witness_lines))
+        return subprocess.run(
+            [sys.executable, "-m", "audit.verify", str(path), "--witness", str(copy)],
+            cwd=ROOT, capture_output=True, text=True, env={},
+        )  # fmt: skip
+
+    ok = verify(lines)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    older = verify(lines[:2])  # a witness that never saw the export's checkpoint
+    assert older.returncode == 1 and "is not in the witness" in older.stdout
+    edited = [*lines]
+    entry = json.loads(edited[1])
+    entry["size"] = 1
+    edited[1] = json.dumps(entry).encode() + b"\n"
+    bad = verify(edited)
+    assert bad.returncode == 1 and "witness: witness entry 1" in bad.stdout, bad.stdout
