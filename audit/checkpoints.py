@@ -127,6 +127,10 @@ def audit_checkpoint() -> dict[str, Any] | None:
         _frontiers.pop(where, None)
         alarms.check_record(name="witness", ok=False, summary=f"checkpoint refused: {exc}")
         return None
+    except OSError as exc:  # the witness cannot be written (disk full, permissions, store down)
+        _frontiers.pop(where, None)
+        alarms.check_record(name="witness", ok=False, summary=f"checkpoint not witnessed: {exc}")
+        return None
     alarms.check_record(name="witness", ok=True, summary=f"checkpoint {entry['n']} witnessed")
     return entry
 

@@ -31,7 +31,7 @@ from audit.models import AuditEvent
 from audit.selectors import chain_head, event_record
 from audit.signing import signing_key
 from audit.store import event_insert
-from audit.witness_state import trusted_keys
+from audit.witness_state import WitnessBroken, trusted_keys
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,12 @@ def audit_seal(*, wait: bool = True, batch: int = SEAL_BATCH) -> Head:
             pending = list(
                 AuditEvent.objects.filter(hash__isnull=True, seq__gt=after_seq).order_by("seq")[:batch]
             )
-            keys = trusted_keys() if pending else {}
+            try:
+                keys = trusted_keys() if pending else {}
+            except WitnessBroken as exc:
+                # No trustworthy list of keys: seal nothing (the events wait, visible) and say why.
+                alarms.check_record(name="witness", ok=False, summary=f"sealing paused: {exc}")
+                return chain_head()
             sealed = []
             for event in pending:
                 record = event_record(event)

@@ -298,3 +298,23 @@ def test_offline_verifier_checks_an_export_against_a_copy_of_the_witness(admin_c
     edited[1] = json.dumps(entry).encode() + b"\n"
     bad = verify(edited)
     assert bad.returncode == 1 and "witness: witness entry 1" in bad.stdout, bad.stdout
+
+
+def test_a_witness_edited_before_a_restart_pauses_sealing_with_an_alarm_not_an_error(admin_client, settings):
+    from audit import witness_state
+
+    _witnessed()
+    lines = _witness_lines(settings)
+    entry = json.loads(lines[0])
+    entry["public_key"] = "0" * 64
+    lines[0] = json.dumps(entry).encode() + b"\n"
+    with open(settings.AUDIT_WITNESS_PATH, "wb") as fh:
+        fh.writelines(lines)
+    witness_state._states.clear()  # a fresh process
+    record_events(1)
+    audit_seal()
+    assert AuditEvent.objects.filter(hash__isnull=True).count() == 1  # waits, visible, unsealed
+    assert "sealing paused" in _check("witness").summary
+    response = admin_client.get(reverse("audit:verify"))
+    assert response.status_code == 200 and "witness entry 0" in response.content.decode()
+    assert admin_client.get(reverse("audit:export_json")).status_code == 200
