@@ -1,14 +1,24 @@
-"""Periodic seal of the audit trail (beat entry ``audit-seal``, every second; see workers/celery.py).
+"""Periodic work of the audit trail (beat entries in workers/celery.py).
 
-Events are also sealed right after the commit that recorded them; this catches what that missed
-(another sealer was busy, a raw write caught by a trigger, a process that died after its commit).
+- ``audit.seal`` every second: seal what the after-commit seal missed (another sealer was busy, a
+  raw write caught by a trigger, a process that died after its commit), then witness a checkpoint.
+- ``audit.verify`` every minute: walk the whole chain against the witness and store the verdict
+  that the console's badge shows (``audit.selectors.audit_health``).
 """
 
 from celery import shared_task
 
-from audit.services import audit_seal
+from audit.checkpoints import audit_checkpoint
+from audit.services import audit_seal, audit_verify_record
 
 
 @shared_task(name="audit.seal", ignore_result=True, soft_time_limit=50, time_limit=60)
 def audit_seal_task() -> int:
-    return audit_seal(wait=False).index
+    head = audit_seal(wait=False)
+    audit_checkpoint()
+    return head.index
+
+
+@shared_task(name="audit.verify", ignore_result=True, soft_time_limit=1800, time_limit=1900)
+def audit_verify_task() -> bool:
+    return audit_verify_record().ok

@@ -203,6 +203,17 @@ AUDIT_READER_CHECK = "governor.access.reads_everything"
 BILLING_PUBLIC_MODEL_NAMES = "deployments.selectors.route_public_names"
 # Redis key of the published chain head; empty = one key per database name (tests get their own).
 AUDIT_HEAD_KEY = env_str("AUDIT_HEAD_KEY", "")
+# Format 2 (ADR 0018): the Ed25519 signing key (a file, generated on first use with mode 0600, unless
+# GOVERNOR_AUDIT_SIGNING_KEY holds the seed) and the witness of signed checkpoints (by default an
+# append-only file per database under var/audit/; AUDIT_WITNESS_CLASS names another audit.witness.Witness).
+AUDIT_SIGNING_KEY_FILE = env_str("AUDIT_SIGNING_KEY_FILE", "")
+AUDIT_WITNESS_PATH = env_str("AUDIT_WITNESS_PATH", "")
+AUDIT_WITNESS_CLASS = env_str("AUDIT_WITNESS_CLASS", "")
+# Seal right after each commit on a background thread of the process (the request does not wait for
+# the seal's transaction); off, the committing thread seals (tests use that: deterministic).
+AUDIT_SEAL_IN_BACKGROUND = env_bool("AUDIT_SEAL_IN_BACKGROUND", True)
+# How long that thread gathers commits before sealing them together (seconds).
+AUDIT_SEAL_BATCH_DELAY_S = env_float("AUDIT_SEAL_BATCH_DELAY_S", 0.05)
 
 # Content-Security-Policy: no inline script anywhere (docs/decisions/0011). Behaviour lives in
 # static files; data for scripts travels in <script type="application/json"> blocks, which are

@@ -68,6 +68,15 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _own_audit_witness(settings, tmp_path_factory):
+    """Each test database's chain starts empty: its signed checkpoints go to a fresh witness file,
+    never to one left by an earlier run of the same test database (ADR 0018)."""
+    settings.AUDIT_WITNESS_PATH = str(tmp_path_factory.mktemp("audit-witness") / "witness.jsonl")
+    # A test's own transaction is invisible to a background sealer's connection: seal in-thread.
+    settings.AUDIT_SEAL_IN_BACKGROUND = False
+
+
 @pytest.fixture
 def tenant(db):
     return TenantFactory(name="Acme Search", slug="acme")

@@ -31,6 +31,12 @@ app.conf.beat_schedule["deployments-reconcile"] = {
 # audit: seal events into the hash chain (each write also seals on commit; this catches the rest,
 # e.g. raw writes the database trigger recorded).
 app.conf.beat_schedule["audit-seal"] = {"task": "audit.seal", "schedule": 1.0, "options": {"expires": 1.0}}
+# audit: walk the whole chain against the witness; the console's badge shows this verdict (ADR 0018).
+app.conf.beat_schedule["audit-verify"] = {
+    "task": "audit.verify",
+    "schedule": 300.0,
+    "options": {"expires": 300.0},
+}
 
 # deployments: republish the routes section of the gateway snapshot (changes also publish on commit).
 app.conf.beat_schedule["deployments-routes-publish"] = {

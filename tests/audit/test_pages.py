@@ -43,7 +43,10 @@ def test_list_shows_newest_first_with_details_and_chain_status(admin_client):
     body = response.content.decode()
     assert body.index("step 2") < body.index("step 1") < body.index("step 0")
     assert head.hash in body  # the chain head, and each event's hash in its details
-    assert "matches the database" in body
+    assert 'data-audit-health="unknown"' in body  # no automatic verification has run yet
+    from audit.signing import signing_key
+
+    assert signing_key().public_hex in body
     assert "<details>" in body and "&quot;note&quot;: &quot;café ✓&quot;" in body  # JSON, not a Python repr
     assert 'href="/audit/export.csv"' in body and 'href="/audit/export.json"' in body
 
