@@ -22,7 +22,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.models import UsageEvent, UsageRollup
+from billing.models import Price, UsageEvent, UsageRollup
 from billing.services.prices import price_set, reprice_record
 from billing.services.rollups import usage_rollup_run
 
@@ -108,17 +108,27 @@ def _event(tenant, price, *, at, model, prompt, completion, cached=0, key_id=Non
     )  # fmt: skip
 
 
+def _price_since(*, public_model, input_per_million, output_per_million, actor, effective_from):
+    """A price version published back then. ``price_set`` refuses to backdate a new price (re-pricing
+    the past is its own action), so history older than now is written as the row it left."""
+    return Price.objects.create(
+        public_model=public_model, input_per_million=input_per_million,
+        output_per_million=output_per_million, effective_from=effective_from, source="manual",
+        created_by=actor,
+    )  # fmt: skip
+
+
 @pytest.fixture
 def usage(tenant, other_tenant, admin_user):
-    old = price_set(
+    old = _price_since(
         public_model="sim-llama", input_per_million=Decimal("0.150"), output_per_million=Decimal("0.600"),
         actor=admin_user, effective_from=PREV_MONTH - dt.timedelta(days=30),
     )  # fmt: skip
-    new = price_set(
+    new = _price_since(
         public_model="sim-llama", input_per_million=Decimal("0.200"), output_per_million=Decimal("0.800"),
         actor=admin_user, effective_from=TODAY - dt.timedelta(days=1),
     )  # fmt: skip
-    qwen = price_set(
+    qwen = _price_since(
         public_model="sim-qwen", input_per_million=Decimal("1.250"), output_per_million=Decimal("5.000"),
         actor=admin_user, effective_from=PREV_MONTH - dt.timedelta(days=30),
     )  # fmt: skip
