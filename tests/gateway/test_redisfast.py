@@ -14,6 +14,7 @@ import pytest
 
 from gateway.redisfast import FastRedis, RedisError, _parse
 from tests.gateway.conftest import REDIS_URL
+from tests.support.ci import skip_unless_ci
 
 
 def test_parser_handles_every_reply_kind_and_partial_input():
@@ -103,7 +104,7 @@ def secured_redis(tmp_path_factory):
 
     server = shutil.which("redis-server")
     if server is None:
-        pytest.skip("redis-server is not installed")
+        skip_unless_ci("redis-server is not installed")
     d = tmp_path_factory.mktemp("redis-tls")
     certs = _issue_certs(d)
     port, tls_port = free_port(), free_port()
