@@ -1,0 +1,115 @@
+"""The one path into the audit table that the database enforces, and who may take it.
+
+The application connects as a role that owns nothing (docs/decisions/0020). It holds no INSERT,
+UPDATE, DELETE or TRUNCATE on ``audit_auditevent``: it appends through ``audit_append(jsonb)`` and
+seals through ``audit_seal_apply(jsonb)``, two ``SECURITY DEFINER`` functions owned by the schema
+owner (the role that runs ``migrate``). ``audit_append`` assigns ``seq`` itself and always inserts
+an unsealed row; ``audit_seal_apply`` fills only the seal columns of rows that are still unsealed,
+and the table's triggers refuse anything else. Not owning the table, the application cannot
+disable its triggers; not being a superuser, it cannot set ``session_replication_role``.
+
+Both functions take JSON rows (``jsonb_populate_record`` over the table's own row type), so a
+column added later travels through them without a new signature.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import connections
+
+APPEND_FUNCTION = "audit_append"
+SEAL_FUNCTION = "audit_seal_apply"
+
+# Kept verbatim in migration 0003 too (a migration must not change when this module does);
+# test_privileges checks that the two stay equal.
+FUNCTIONS_SQL = """
+CREATE OR REPLACE FUNCTION audit_append(event jsonb) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+DECLARE
+    r audit_auditevent;
+BEGIN
+    r := jsonb_populate_record(NULL::audit_auditevent, event);
+    -- The database, not the caller, numbers the event; it is always appended unsealed.
+    r.seq := nextval(pg_get_serial_sequence('audit_auditevent', 'seq'));
+    r.chain_index := NULL;
+    r.prev_hash := NULL;
+    r.hash := NULL;
+    INSERT INTO audit_auditevent SELECT (r).*;
+    RETURN r.seq;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION audit_seal_apply(seals jsonb) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+DECLARE
+    sealed integer;
+BEGIN
+    -- Only rows that are still unsealed; the update trigger refuses anything but a seal besides.
+    UPDATE audit_auditevent e
+       SET chain_index = s.chain_index, prev_hash = s.prev_hash, hash = s.hash
+      FROM jsonb_populate_recordset(NULL::audit_auditevent, seals) s
+     WHERE e.seq = s.seq AND e.hash IS NULL;
+    GET DIAGNOSTICS sealed = ROW_COUNT;
+    IF sealed <> jsonb_array_length(seals) THEN
+        RAISE EXCEPTION 'audit seal: % of % events were not unsealed rows', jsonb_array_length(seals) - sealed,
+            jsonb_array_length(seals);
+    END IF;
+    RETURN sealed;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION audit_append(jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION audit_seal_apply(jsonb) FROM PUBLIC;
+"""
+
+# Whoever holds a grant on the trail besides its owner (the application role through default
+# privileges, an operator's ``GRANT ... ON ALL TABLES``) keeps at most SELECT. Revoking a table
+# privilege also revokes the matching column privileges.
+LOCKDOWN_SQL = """
+DO $$
+DECLARE
+    grantee_name text;
+BEGIN
+    FOR grantee_name IN
+        SELECT DISTINCT pg_get_userbyid(a.grantee)
+          FROM pg_class c, aclexplode(c.relacl) a
+         WHERE c.oid IN ('audit_auditevent'::regclass, pg_get_serial_sequence('audit_auditevent', 'seq')::regclass)
+           AND a.grantee <> c.relowner AND a.grantee <> 0
+    LOOP
+        EXECUTE format(
+            'REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON audit_auditevent FROM %I',
+            grantee_name
+        );
+        EXECUTE format(
+            'REVOKE USAGE, UPDATE ON SEQUENCE %s FROM %I',
+            pg_get_serial_sequence('audit_auditevent', 'seq'), grantee_name
+        );
+    END LOOP;
+    REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON audit_auditevent FROM PUBLIC;
+END;
+$$;
+"""
+
+
+def audit_privileges_lock(*, using: str = "default") -> None:
+    """Take every write privilege on the trail from everyone but its owner (idempotent; after migrate)."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(LOCKDOWN_SQL)
+
+
+def event_append(*, row: dict[str, Any], using: str = "default") -> int:
+    """Append one unsealed event (``row``: column → JSON value) through the database's path; its seq."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT {APPEND_FUNCTION}(%s::jsonb)", [json.dumps(row)])
+        return cursor.fetchone()[0]
+
+
+def events_seal_apply(*, seals: Iterable[dict[str, Any]], using: str = "default") -> int:
+    """Store the seal columns (``seq``, ``chain_index``, ``prev_hash``, ``hash``) of unsealed events."""
+    payload = json.dumps(list(seals))
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT {SEAL_FUNCTION}(%s::jsonb)", [payload])
+        return cursor.fetchone()[0]
