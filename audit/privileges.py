@@ -27,7 +27,7 @@ SEAL_FUNCTION = "audit_seal_apply"
 # test_privileges checks that the two stay equal.
 FUNCTIONS_SQL = """
 CREATE OR REPLACE FUNCTION audit_append(event jsonb) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     r audit_auditevent;
 BEGIN
@@ -43,7 +43,7 @@ END;
 $$;
 
 CREATE OR REPLACE FUNCTION audit_seal_apply(seals jsonb) RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     sealed integer;
 BEGIN

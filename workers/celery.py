@@ -31,6 +31,13 @@ app.conf.beat_schedule["deployments-reconcile"] = {
 # audit: seal events into the hash chain (each write also seals on commit; this catches the rest,
 # e.g. raw writes the database trigger recorded).
 app.conf.beat_schedule["audit-seal"] = {"task": "audit.seal", "schedule": 1.0, "options": {"expires": 1.0}}
+# audit: verify the chain and compare every governed row with its events (drift); the Audit page's
+# badge shows the latest results.
+app.conf.beat_schedule["audit-checks"] = {
+    "task": "audit.checks",
+    "schedule": float(os.environ.get("AUDIT_CHECK_INTERVAL_S") or 300.0),
+    "options": {"expires": float(os.environ.get("AUDIT_CHECK_INTERVAL_S") or 300.0)},
+}
 
 # deployments: republish the routes section of the gateway snapshot (changes also publish on commit).
 app.conf.beat_schedule["deployments-routes-publish"] = {

@@ -5,7 +5,7 @@ from django.db import migrations, models
 # Verbatim copies of audit.privileges.FUNCTIONS_SQL / LOCKDOWN_SQL as of this migration (ADR 0020).
 FUNCTIONS_SQL = """
 CREATE OR REPLACE FUNCTION audit_append(event jsonb) RETURNS bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     r audit_auditevent;
 BEGIN
@@ -21,7 +21,7 @@ END;
 $$;
 
 CREATE OR REPLACE FUNCTION audit_seal_apply(seals jsonb) RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
     sealed integer;
 BEGIN
@@ -70,27 +70,49 @@ $$;
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('audit', '0002_seal_and_append_only'),
+        ("audit", "0002_seal_and_append_only"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AuditCheck',
+            name="AuditCheck",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('drift', 'Governed rows match their events'), ('chain', 'Chain and checkpoints verify')], db_index=True, max_length=16)),
-                ('started_at', models.DateTimeField()),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('ok', models.BooleanField(help_text='NULL while running or when the check itself failed', null=True)),
-                ('checked', models.BigIntegerField(default=0, help_text='objects (drift) or events (chain) examined')),
-                ('findings', models.JSONField(blank=True, default=list)),
-                ('error', models.TextField(blank=True, help_text='why the check could not finish')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("drift", "Governed rows match their events"),
+                            ("chain", "Chain and checkpoints verify"),
+                        ],
+                        db_index=True,
+                        max_length=16,
+                    ),
+                ),
+                ("started_at", models.DateTimeField()),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "ok",
+                    models.BooleanField(
+                        help_text="NULL while running or when the check itself failed", null=True
+                    ),
+                ),
+                (
+                    "checked",
+                    models.BigIntegerField(default=0, help_text="objects (drift) or events (chain) examined"),
+                ),
+                ("findings", models.JSONField(blank=True, default=list)),
+                ("error", models.TextField(blank=True, help_text="why the check could not finish")),
             ],
             options={
-                'ordering': ['-started_at'],
-                'indexes': [models.Index(fields=['kind', '-started_at'], name='audit_audit_kind_9e39a1_idx')],
+                "ordering": ["-started_at"],
+                "indexes": [models.Index(fields=["kind", "-started_at"], name="audit_audit_kind_9e39a1_idx")],
             },
         ),
         # The application role appends and seals only through these (audit.privileges).
