@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 _DRIFT_SQL = """
 WITH ev AS (
-    SELECT e.seq, e.object_id, e.after,
+    SELECT e.seq, e.object_id, e.after, e.tenant_id,
            (e.action LIKE '%%.delete') AS is_delete,
            (e.action LIKE '%%.create' OR e.action = 'raw.insert' OR e.action LIKE '%%.delete') AS is_birth
       FROM audit_auditevent e
@@ -47,7 +47,7 @@ born AS (  -- events before an object's latest create or delete describe an earl
     SELECT object_id, max(seq) AS seq FROM ev WHERE is_birth GROUP BY object_id
 ),
 last_event AS (
-    SELECT DISTINCT ON (object_id) object_id, seq, is_delete FROM ev ORDER BY object_id, seq DESC
+    SELECT DISTINCT ON (object_id) object_id, seq, is_delete, tenant_id FROM ev ORDER BY object_id, seq DESC
 ),
 field_value AS (  -- the latest value each field was given
     SELECT DISTINCT ON (ev.object_id, f.key) ev.object_id, f.key, f.value
@@ -57,19 +57,19 @@ field_value AS (  -- the latest value each field was given
      ORDER BY ev.object_id, f.key, ev.seq DESC
 ),
 expected AS (
-    SELECT l.object_id, l.seq AS last_seq, l.is_delete, coalesce(s.state, jsonb_build_object()) AS state
+    SELECT l.object_id, l.seq AS last_seq, l.is_delete, l.tenant_id, coalesce(s.state, jsonb_build_object()) AS state
       FROM last_event l
       LEFT JOIN (SELECT object_id, jsonb_object_agg(key, value) AS state FROM field_value GROUP BY object_id) s
              USING (object_id)
 ),
 compared AS (
-    SELECT x.object_id, x.last_seq, x.is_delete, x.state,
+    SELECT x.object_id, x.last_seq, x.is_delete, x.tenant_id, x.state,
            to_jsonb(t) AS actual,
            to_jsonb(jsonb_populate_record(NULL::{table}, x.state)) AS typed,
            t.{pk} IS NOT NULL AS present
       FROM expected x LEFT JOIN {table} t ON t.{pk}::text = x.object_id
 )
-SELECT object_id, last_seq,
+SELECT object_id, last_seq, tenant_id,
        CASE WHEN present AND is_delete THEN 'resurrected' WHEN NOT present THEN 'missing' ELSE 'changed' END,
        state, actual, typed
   FROM compared c
@@ -78,7 +78,7 @@ SELECT object_id, last_seq,
             SELECT 1 FROM jsonb_each(c.state) f
              WHERE c.actual ? f.key AND (c.actual -> f.key) IS DISTINCT FROM (c.typed -> f.key)))
 UNION ALL
-SELECT t.{pk}::text, NULL, 'untracked', NULL, to_jsonb(t), NULL
+SELECT t.{pk}::text, NULL, NULL, 'untracked', NULL, to_jsonb(t), NULL
   FROM {table} t
  WHERE NOT EXISTS (SELECT 1 FROM last_event l WHERE l.object_id = t.{pk}::text)
 """
@@ -145,7 +145,7 @@ def _table_findings(cursor, spec: GovernedTable) -> tuple[int, list[dict[str, An
     sql = _DRIFT_SQL.format(table=_quote(spec.table), pk=_quote(spec.pk))
     cursor.execute(sql, {"object_type": spec.object_type, "ignored": list(spec.ignored)})
     findings = []
-    for object_id, last_seq, kind, *documents in cursor.fetchall():
+    for object_id, last_seq, tenant_id, kind, *documents in cursor.fetchall():
         # Django's psycopg setup hands jsonb back as text.
         state, actual, typed = (json.loads(d) if isinstance(d, str) else d for d in documents)
         finding: dict[str, Any] = {
@@ -159,6 +159,7 @@ def _table_findings(cursor, spec: GovernedTable) -> tuple[int, list[dict[str, An
             finding["fields"] = _differences(state, actual, typed)
         elif kind == "missing":
             finding["expected"] = state
+            finding["event_tenant_id"] = tenant_id
         else:
             finding["actual"] = {k: v for k, v in actual.items() if k not in spec.ignored}
         findings.append(finding)
@@ -176,6 +177,9 @@ def _explained_by_cascade(cursor, specs: dict[str, GovernedTable], findings: lis
             continue
         for column, parent_type in specs[finding["table"]].cascades_from:
             value = finding["expected"].get(column)
+            if value is None and column == "tenant_id":
+                # Services name the tenant on the event itself even when ``after`` leaves it out.
+                value = finding["event_tenant_id"]
             if value is not None:
                 parents.setdefault(i, []).append((parent_type, str(value)))
     if not parents:
