@@ -117,7 +117,7 @@ def db_roles_sql(
         f" GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {app}",
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA public GRANT USAGE, SELECT ON SEQUENCES TO {app}",
         f"ALTER DEFAULT PRIVILEGES FOR ROLE {owner} IN SCHEMA public GRANT EXECUTE ON FUNCTIONS TO {app}",
-        f"DO $$ DECLARE t text; BEGIN FOREACH t IN ARRAY ARRAY[{read_only}] LOOP"
+        f"DO $$ DECLARE t text; BEGIN FOREACH t IN ARRAY ARRAY[{read_only}]::text[] LOOP"
         f" IF to_regclass(t) IS NOT NULL THEN"
         f" EXECUTE format('REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON %I FROM {app}', t);"
         f" IF pg_get_serial_sequence(t, 'seq') IS NOT NULL THEN"
