@@ -1,16 +1,16 @@
-"""Periodic checks of the trail and their latest results: what the Audit page's health badge shows.
+"""Automatic checks of the trail and their last results: what the Audit page's badge shows.
 
-Each run is an ``AuditCheck`` row: the drift check (``audit.drift``) stores ``kind="drift"``; the
-chain and checkpoint verification stores ``kind="chain"`` through the same ``audit_check_run``.
-The badge reads only the latest finished run of each kind, so it turns red as soon as a periodic
-run finds something, without anyone pressing a button, and it says when each check last ran.
+Each check keeps one ``AuditCheck`` row (its name, the verdict, when it ran, a summary, details):
+``drift`` (audit.drift, here), ``chain`` (the chain and witness verification) and whatever else
+records one. The badge reads only those rows, so it turns red as soon as a periodic run finds
+something, without anyone pressing a button, and it says when each check last ran.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,121 +23,141 @@ from audit.models import AuditCheck
 from audit.selectors import chain_verify
 from audit.services import audit_seal
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("audit.alarm")
 
-# The page lists at most this many findings of one check (the command and the JSON keep them all).
-FINDINGS_SHOWN = 20
+DRIFT = "drift"
+CHAIN = "chain"
+LABELS = {
+    CHAIN: "Chain verifies",
+    DRIFT: "Governed rows match their events",
+    "seal": "Every pending event authenticated and sealed",
+}
+# The summary names at most this many findings (the details and the command keep them all).
+FINDINGS_NAMED = 20
 
 
-def audit_check_run(*, kind: str, run: Callable[[], tuple[int, list[dict[str, Any]]]]) -> AuditCheck:
-    """Run one check and store its result; ``run`` returns (items checked, findings).
-
-    A check that raises is stored with ``ok=None`` and its error (the badge shows it as failed to
-    run, never as passing), then the exception propagates.
-    """
-    check = AuditCheck.objects.create(kind=kind, started_at=timezone.now())
-    try:
-        checked, findings = run()
-    except Exception as exc:
-        AuditCheck.objects.filter(pk=check.pk).update(finished_at=timezone.now(), error=str(exc)[:2000])
-        raise
-    check.finished_at = timezone.now()
-    check.checked = checked
-    check.findings = findings
-    check.ok = not findings
-    check.save(update_fields=["finished_at", "checked", "findings", "ok"])
-    if findings:
-        log.error(
-            "audit %s check: %d finding(s): %s",
-            kind,
-            len(findings),
-            "; ".join(describe_finding(f) for f in findings[:FINDINGS_SHOWN])
-            if kind == "drift"
-            else findings,
-        )
+def check_store(*, name: str, ok: bool, summary: str, details: dict[str, Any] | None = None) -> AuditCheck:
+    """Store a check's latest result (every run, so the page can say when it last ran)."""
+    if not ok:
+        log.error("audit %s check failed: %s", name, summary)
+    check, _ = AuditCheck.objects.update_or_create(
+        name=name,
+        defaults={
+            "ok": ok,
+            "checked_at": timezone.now(),
+            "summary": summary[:4000],
+            "details": details or {},
+        },
+    )
     return check
 
 
-def _chain_findings() -> tuple[int, list[dict[str, Any]]]:
-    audit_seal()
-    result = chain_verify(published=published_head())
-    if result.ok:
-        return result.checked, []
-    return result.checked, [
-        {"message": result.describe(), "bad_index": result.bad_index, "bad_seq": result.bad_seq}
-    ]
+def drift_check_run() -> AuditCheck:
+    """Compare every governed row with its events and store the verdict (audit_verify, beat).
+
+    A check that cannot run is stored as failed with the error (never left looking green), then
+    the error propagates.
+    """
+    started = time.perf_counter()
+    try:
+        checked, findings = drift_findings()
+    except Exception as exc:
+        check_store(
+            name=DRIFT, ok=False, summary=f"the drift check could not run: {exc}", details={"error": str(exc)}
+        )
+        raise
+    seconds = round(time.perf_counter() - started, 3)
+    if findings:
+        named = "; ".join(describe_finding(f) for f in findings[:FINDINGS_NAMED])
+        summary = f"{len(findings)} governed object(s) changed without an event: {named}"
+    else:
+        summary = f"{checked} governed rows match their events"
+    return check_store(
+        name=DRIFT,
+        ok=not findings,
+        summary=summary,
+        details={"checked": checked, "seconds": seconds, "findings": findings},
+    )
 
 
 def chain_check_run() -> AuditCheck:
-    """Seal, walk the chain, compare with the published head; store the result.
+    """Seal, walk the chain, compare with the published head; store the verdict as ``chain``.
 
-    The chain/checkpoint verification (issue 26 items 2-3) replaces ``_chain_findings``' body and
-    keeps this entry point and the ``message`` key of its findings.
+    The signed-events work of issue 26 stores the same check with the witness included
+    (``audit_verify_record``); this one keeps the badge honest where that is not in place.
     """
-    return audit_check_run(kind=AuditCheck.Kind.CHAIN, run=_chain_findings)
-
-
-def drift_check_run() -> AuditCheck:
-    """Compare every governed row with its events and store the result (``manage.py audit_verify``, beat)."""
-    return audit_check_run(kind=AuditCheck.Kind.DRIFT, run=drift_findings)
+    audit_seal()
+    result = chain_verify(published=published_head())
+    return check_store(
+        name=CHAIN,
+        ok=result.ok,
+        summary=result.describe(),
+        details={"checked": result.checked, "bad_index": result.bad_index, "bad_seq": result.bad_seq},
+    )
 
 
 # --- reads -------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class CheckStatus:
-    """The latest finished run of one kind of check, as the badge shows it."""
+class CheckResult:
+    """One check's latest result as the badge shows it."""
 
-    kind: str
-    label: str
-    check: AuditCheck | None
+    check: AuditCheck
     stale: bool
 
     @property
-    def state(self) -> str:
-        """``ok``, ``failed`` (findings), ``error`` (could not run), ``never`` (no run yet)."""
-        if self.check is None:
-            return "never"
-        if self.check.ok is None:
-            return "error"
-        return "ok" if self.check.ok else "failed"
+    def name(self) -> str:
+        return self.check.name
+
+    @property
+    def label(self) -> str:
+        return LABELS.get(self.check.name, self.check.name)
 
     @property
     def lines(self) -> list[str]:
-        if self.check is None or not self.check.findings:
+        """What it found, one line each (drift: each object and its fields)."""
+        if self.check.ok:
             return []
-        shown = self.check.findings[:FINDINGS_SHOWN]
-        if self.kind == AuditCheck.Kind.DRIFT:
-            return [describe_finding(f) for f in shown]
-        return [f.get("message") or str(f) if isinstance(f, dict) else str(f) for f in shown]
+        findings = (self.check.details or {}).get("findings") if self.check.name == DRIFT else None
+        if findings:
+            return [describe_finding(f) for f in findings[:FINDINGS_NAMED]]
+        return [self.check.summary]
+
+    @property
+    def hidden(self) -> int:
+        findings = (self.check.details or {}).get("findings") or []
+        return max(0, len(findings) - FINDINGS_NAMED) if self.check.name == DRIFT else 0
 
 
 @dataclass(frozen=True, slots=True)
-class AuditHealth:
-    """Every kind of check's latest result; red when any found something or failed to run."""
+class CheckResults:
+    """Every check's latest result; red when any failed, green only when chain and drift both passed."""
 
-    checks: list[CheckStatus]
+    results: list[CheckResult]
 
     @property
     def state(self) -> str:
-        states = {c.state for c in self.checks}
-        if states & {"failed", "error"}:
+        if any(not r.check.ok for r in self.results):
             return "failed"
-        if states == {"ok"} and not any(c.stale for c in self.checks):
+        present = {r.name for r in self.results}
+        if {CHAIN, DRIFT} <= present and not any(r.stale for r in self.results):
             return "ok"
         return "unknown"
 
+    @property
+    def missing(self) -> list[str]:
+        present = {r.name for r in self.results}
+        return [LABELS[name] for name in (CHAIN, DRIFT) if name not in present]
 
-def audit_health(*, now: dt.datetime | None = None) -> AuditHealth:
-    """The latest finished run of each kind of check (one query per kind, on an index)."""
+
+def check_results(*, now: dt.datetime | None = None) -> CheckResults:
+    """The stored result of every check (one query)."""
     now = now or timezone.now()
     stale_after = dt.timedelta(seconds=getattr(settings, "AUDIT_CHECK_STALE_S", 3600))
-    statuses = []
-    for kind, label in AuditCheck.Kind.choices:
-        latest = (
-            AuditCheck.objects.filter(kind=kind, finished_at__isnull=False).order_by("-started_at").first()
-        )
-        stale = latest is None or now - latest.finished_at > stale_after
-        statuses.append(CheckStatus(kind=kind, label=label, check=latest, stale=stale))
-    return AuditHealth(checks=statuses)
+    return CheckResults(
+        results=[
+            CheckResult(check=check, stale=now - check.checked_at > stale_after)
+            for check in AuditCheck.objects.order_by("name")
+        ]
+    )

@@ -74,28 +74,14 @@ class AuditEvent(models.Model):
 
 
 class AuditCheck(models.Model):
-    """One run of a periodic check of the trail (``drift``; the chain/checkpoint check stores ``chain``).
+    """The last result of one automatic check of the trail (``chain``, ``seal``; ``drift`` by
+    audit.drift), read for the Audit page's badge (``audit.checks.check_results``)."""
 
-    The Audit page's badge shows the latest finished run of each kind, so a drift or a broken chain
-    turns it red without anyone pressing a button. ``findings`` is a list of JSON objects, each
-    naming what it found (object, fields, expected and actual values).
-    """
-
-    class Kind(models.TextChoices):
-        DRIFT = "drift", "Governed rows match their events"
-        CHAIN = "chain", "Chain and checkpoints verify"
-
-    kind = models.CharField(max_length=16, choices=Kind.choices, db_index=True)
-    started_at = models.DateTimeField()
-    finished_at = models.DateTimeField(null=True, blank=True)
-    ok = models.BooleanField(null=True, help_text="NULL while running or when the check itself failed")
-    checked = models.BigIntegerField(default=0, help_text="objects (drift) or events (chain) examined")
-    findings = models.JSONField(default=list, blank=True)
-    error = models.TextField(blank=True, help_text="why the check could not finish")
-
-    class Meta:
-        ordering = ["-started_at"]
-        indexes = [models.Index(fields=["kind", "-started_at"])]
+    name = models.CharField(max_length=32, primary_key=True)
+    ok = models.BooleanField()
+    checked_at = models.DateTimeField()
+    summary = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True)
 
     def __str__(self) -> str:
-        return f"{self.kind} check at {self.started_at:%Y-%m-%d %H:%M:%S}: {'ok' if self.ok else 'not ok'}"
+        return f"{self.name}: {'ok' if self.ok else 'FAIL'} {self.summary}"

@@ -3,8 +3,8 @@
 The application connects as a role that owns nothing (docs/decisions/0020). It holds no INSERT,
 UPDATE, DELETE or TRUNCATE on ``audit_auditevent``: it appends through ``audit_append(jsonb)`` and
 seals through ``audit_seal_apply(jsonb)``, two ``SECURITY DEFINER`` functions owned by the schema
-owner (the role that runs ``migrate``). ``audit_append`` assigns ``seq`` itself and always inserts
-an unsealed row; ``audit_seal_apply`` fills only the seal columns of rows that are still unsealed,
+owner (the role that runs ``migrate``). ``audit_append`` leaves ``seq`` to the table's sequence and
+always inserts an unsealed row; ``audit_seal_apply`` fills only the seal columns of rows that are still unsealed,
 and the table's triggers refuse anything else. Not owning the table, the application cannot
 disable its triggers; not being a superuser, it cannot set ``session_replication_role``.
 
@@ -14,31 +14,32 @@ column added later travels through them without a new signature.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable
-from typing import Any
-
 from django.db import connections
 
-APPEND_FUNCTION = "audit_append"
-SEAL_FUNCTION = "audit_seal_apply"
-
 # Kept verbatim in migration 0003 too (a migration must not change when this module does);
-# test_privileges checks that the two stay equal.
+# tests/audit/test_least_privilege checks that the two stay equal.
 FUNCTIONS_SQL = """
 CREATE OR REPLACE FUNCTION audit_append(event jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
-    r audit_auditevent;
+    columns text;
+    new_seq bigint;
 BEGIN
-    r := jsonb_populate_record(NULL::audit_auditevent, event);
-    -- The database, not the caller, numbers the event; it is always appended unsealed.
-    r.seq := nextval(pg_get_serial_sequence('audit_auditevent', 'seq'));
-    r.chain_index := NULL;
-    r.prev_hash := NULL;
-    r.hash := NULL;
-    INSERT INTO audit_auditevent SELECT (r).*;
-    RETURN r.seq;
+    -- The caller's columns except those only the database fills: seq (the table's own sequence)
+    -- and the seal's three. A column the caller leaves out gets its default.
+    SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO columns
+      FROM pg_attribute a
+     WHERE a.attrelid = 'public.audit_auditevent'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+       AND event ? a.attname AND a.attname NOT IN ('seq', 'chain_index', 'prev_hash', 'hash');
+    IF columns IS NULL THEN
+        RAISE EXCEPTION 'audit_append: no column of audit_auditevent in the event';
+    END IF;
+    EXECUTE format(
+        'INSERT INTO public.audit_auditevent (%1$s) SELECT %1$s'
+        ' FROM jsonb_populate_record(NULL::public.audit_auditevent, $1) RETURNING seq',
+        columns
+    ) INTO new_seq USING event;
+    RETURN new_seq;
 END;
 $$;
 
@@ -48,9 +49,9 @@ DECLARE
     sealed integer;
 BEGIN
     -- Only rows that are still unsealed; the update trigger refuses anything but a seal besides.
-    UPDATE audit_auditevent e
+    UPDATE public.audit_auditevent e
        SET chain_index = s.chain_index, prev_hash = s.prev_hash, hash = s.hash
-      FROM jsonb_populate_recordset(NULL::audit_auditevent, seals) s
+      FROM jsonb_populate_recordset(NULL::public.audit_auditevent, seals) s
      WHERE e.seq = s.seq AND e.hash IS NULL;
     GET DIAGNOSTICS sealed = ROW_COUNT;
     IF sealed <> jsonb_array_length(seals) THEN
@@ -98,18 +99,3 @@ def audit_privileges_lock(*, using: str = "default") -> None:
     """Take every write privilege on the trail from everyone but its owner (idempotent; after migrate)."""
     with connections[using].cursor() as cursor:
         cursor.execute(LOCKDOWN_SQL)
-
-
-def event_append(*, row: dict[str, Any], using: str = "default") -> int:
-    """Append one unsealed event (``row``: column → JSON value) through the database's path; its seq."""
-    with connections[using].cursor() as cursor:
-        cursor.execute(f"SELECT {APPEND_FUNCTION}(%s::jsonb)", [json.dumps(row)])
-        return cursor.fetchone()[0]
-
-
-def events_seal_apply(*, seals: Iterable[dict[str, Any]], using: str = "default") -> int:
-    """Store the seal columns (``seq``, ``chain_index``, ``prev_hash``, ``hash``) of unsealed events."""
-    payload = json.dumps(list(seals))
-    with connections[using].cursor() as cursor:
-        cursor.execute(f"SELECT {SEAL_FUNCTION}(%s::jsonb)", [payload])
-        return cursor.fetchone()[0]

@@ -21,9 +21,9 @@ from audit import context
 from audit.chain import Head, event_hash
 from audit.head import head_publish
 from audit.models import AuditEvent
-from audit.privileges import event_append, events_seal_apply
 from audit.raw_capture import mark_service_write
 from audit.selectors import chain_head, event_record
+from audit.store import event_insert, events_seal
 
 log = logging.getLogger(__name__)
 
@@ -104,44 +104,27 @@ def audit_record(
     ctx = context.current()
     # The raw-write triggers of this transaction's governed rows then stay silent (recorded here).
     mark_service_write()
-    event = AuditEvent(
-        at=timezone.now(),
-        actor=name[:150],
-        actor_id=actor_id,
-        role=role,
-        action=action,
-        object_type=object_type,
-        object_id=str(object_id),
-        object_repr=object_repr[:200],
-        tenant_id=tenant_id,
-        before=jsonable(before or {}),
-        after=jsonable(after or {}),
-        reason=reason,
-        evidence=jsonable(evidence or {}),
-        request_id=ctx.request_id,
-        client_address=ctx.client_address,
+    event = event_insert(
+        fields={
+            "at": timezone.now(),
+            "actor": name[:150],
+            "actor_id": actor_id,
+            "role": role,
+            "action": action,
+            "object_type": object_type,
+            "object_id": str(object_id),
+            "object_repr": object_repr[:200],
+            "tenant_id": tenant_id,
+            "before": jsonable(before or {}),
+            "after": jsonable(after or {}),
+            "reason": reason,
+            "evidence": jsonable(evidence or {}),
+            "request_id": ctx.request_id,
+            "client_address": ctx.client_address,
+        }
     )
-    event_insert(event=event)
     if not any(func is audit_seal_soon for _, func, _ in connection.run_on_commit):
         transaction.on_commit(audit_seal_soon)
-    return event
-
-
-def event_insert(*, event: AuditEvent) -> AuditEvent:
-    """Store an unsaved event through the database's one append path (``audit_append``; ADR 0020).
-
-    The application role may not INSERT into the table itself: the function numbers the event and
-    stores it unsealed. Every column of the model travels as JSON, so a column added later needs
-    no change here.
-    """
-    row = {
-        f.column: jsonable(getattr(event, f.attname))
-        for f in AuditEvent._meta.concrete_fields
-        if f.attname not in ("seq", "chain_index", "prev_hash", "hash")
-    }
-    event.seq = event_append(row=row)
-    event._state.adding = False
-    event._state.db = "default"
     return event
 
 
@@ -174,12 +157,7 @@ def audit_seal(*, wait: bool = True, batch: int = SEAL_BATCH) -> Head:
                 event.hash = event_hash(event_record(event))
                 head = Head(index=event.chain_index, hash=event.hash)
             if pending:
-                events_seal_apply(
-                    seals=(
-                        {"seq": e.seq, "chain_index": e.chain_index, "prev_hash": e.prev_hash, "hash": e.hash}
-                        for e in pending
-                    )
-                )
+                events_seal(events=pending)
                 sealed_any = True
         if len(pending) < batch:
             break

@@ -7,16 +7,24 @@ FUNCTIONS_SQL = """
 CREATE OR REPLACE FUNCTION audit_append(event jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $$
 DECLARE
-    r audit_auditevent;
+    columns text;
+    new_seq bigint;
 BEGIN
-    r := jsonb_populate_record(NULL::audit_auditevent, event);
-    -- The database, not the caller, numbers the event; it is always appended unsealed.
-    r.seq := nextval(pg_get_serial_sequence('audit_auditevent', 'seq'));
-    r.chain_index := NULL;
-    r.prev_hash := NULL;
-    r.hash := NULL;
-    INSERT INTO audit_auditevent SELECT (r).*;
-    RETURN r.seq;
+    -- The caller's columns except those only the database fills: seq (the table's own sequence)
+    -- and the seal's three. A column the caller leaves out gets its default.
+    SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO columns
+      FROM pg_attribute a
+     WHERE a.attrelid = 'public.audit_auditevent'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+       AND event ? a.attname AND a.attname NOT IN ('seq', 'chain_index', 'prev_hash', 'hash');
+    IF columns IS NULL THEN
+        RAISE EXCEPTION 'audit_append: no column of audit_auditevent in the event';
+    END IF;
+    EXECUTE format(
+        'INSERT INTO public.audit_auditevent (%1$s) SELECT %1$s'
+        ' FROM jsonb_populate_record(NULL::public.audit_auditevent, $1) RETURNING seq',
+        columns
+    ) INTO new_seq USING event;
+    RETURN new_seq;
 END;
 $$;
 
@@ -26,9 +34,9 @@ DECLARE
     sealed integer;
 BEGIN
     -- Only rows that are still unsealed; the update trigger refuses anything but a seal besides.
-    UPDATE audit_auditevent e
+    UPDATE public.audit_auditevent e
        SET chain_index = s.chain_index, prev_hash = s.prev_hash, hash = s.hash
-      FROM jsonb_populate_recordset(NULL::audit_auditevent, seals) s
+      FROM jsonb_populate_recordset(NULL::public.audit_auditevent, seals) s
      WHERE e.seq = s.seq AND e.hash IS NULL;
     GET DIAGNOSTICS sealed = ROW_COUNT;
     IF sealed <> jsonb_array_length(seals) THEN
@@ -75,45 +83,17 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        # The same model as the signed-events migration of issue 26 creates (audit.alarms); whichever
+        # lands second drops this operation.
         migrations.CreateModel(
             name="AuditCheck",
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "kind",
-                    models.CharField(
-                        choices=[
-                            ("drift", "Governed rows match their events"),
-                            ("chain", "Chain and checkpoints verify"),
-                        ],
-                        db_index=True,
-                        max_length=16,
-                    ),
-                ),
-                ("started_at", models.DateTimeField()),
-                ("finished_at", models.DateTimeField(blank=True, null=True)),
-                (
-                    "ok",
-                    models.BooleanField(
-                        help_text="NULL while running or when the check itself failed", null=True
-                    ),
-                ),
-                (
-                    "checked",
-                    models.BigIntegerField(default=0, help_text="objects (drift) or events (chain) examined"),
-                ),
-                ("findings", models.JSONField(blank=True, default=list)),
-                ("error", models.TextField(blank=True, help_text="why the check could not finish")),
+                ("name", models.CharField(max_length=32, primary_key=True, serialize=False)),
+                ("ok", models.BooleanField()),
+                ("checked_at", models.DateTimeField()),
+                ("summary", models.TextField(blank=True)),
+                ("details", models.JSONField(blank=True, default=dict)),
             ],
-            options={
-                "ordering": ["-started_at"],
-                "indexes": [models.Index(fields=["kind", "-started_at"], name="audit_audit_kind_9e39a1_idx")],
-            },
         ),
         # The application role appends and seals only through these (audit.privileges).
         migrations.RunSQL(

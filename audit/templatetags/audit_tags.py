@@ -10,7 +10,7 @@ import json
 
 from django import template
 
-from audit.checks import audit_health
+from audit.checks import check_results
 from audit.selectors import events_for_object
 
 register = template.Library()
@@ -50,4 +50,4 @@ def audit_timeline(
 @register.inclusion_tag("audit/partials/health_badge.html")
 def audit_health_badge():
     """The latest periodic checks (chain, drift): red as soon as one found something, with when and what."""
-    return {"health": audit_health()}
+    return {"health": check_results()}

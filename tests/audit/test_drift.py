@@ -19,7 +19,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from audit.checks import audit_health, chain_check_run, drift_check_run
+from audit.checks import chain_check_run, check_results, drift_check_run
 from audit.drift import drift_findings
 from audit.models import AuditCheck
 from audit.raw_capture import SERVICE_FLAG
@@ -130,8 +130,11 @@ def test_audit_verify_names_the_drifted_object_and_fails(price):
     assert exc.value.returncode == 1 and "DRIFT" in str(exc.value)
     assert f"billing.price #{price.pk} changed without an event" in err.getvalue()
     assert "output_per_million: 0.6 in the trail, 0.001 in the row" in err.getvalue()
-    stored = AuditCheck.objects.get(kind=AuditCheck.Kind.DRIFT)
-    assert stored.ok is False and stored.findings[0]["fields"]["output_per_million"]["actual"] == 0.001
+    stored = AuditCheck.objects.get(name="drift")
+    assert (
+        stored.ok is False
+        and stored.details["findings"][0]["fields"]["output_per_million"]["actual"] == 0.001
+    )
 
 
 def test_audit_verify_passes_when_nothing_drifted(price):
@@ -143,13 +146,13 @@ def test_audit_verify_passes_when_nothing_drifted(price):
 def test_health_is_red_after_a_drift_check_finds_something_and_green_when_both_pass(price):
     chain_check_run()
     drift_check_run()
-    assert audit_health().state == "ok"
+    assert check_results().state == "ok"
     tamper("UPDATE billing_price SET input_per_million = 0.001 WHERE id = %s", (price.pk,))
     drift_check_run()
-    health = audit_health()
+    health = check_results()
     assert health.state == "failed"
-    drift = next(c for c in health.checks if c.kind == "drift")
-    assert drift.state == "failed" and "input_per_million" in drift.lines[0]
+    drift = next(r for r in health.results if r.name == "drift")
+    assert not drift.check.ok and "input_per_million" in drift.lines[0]
 
 
 def test_audit_page_shows_the_red_badge_and_the_finding_without_pressing_verify(auditor_client, price):
@@ -172,6 +175,6 @@ def test_a_check_that_cannot_run_shows_as_an_error_not_as_passing(price, monkeyp
     monkeypatch.setattr("audit.checks.drift_findings", broken)
     with pytest.raises(RuntimeError):
         drift_check_run()
-    drift = next(c for c in audit_health().checks if c.kind == "drift")
-    assert drift.state == "error" and "database went away" in drift.check.error
-    assert audit_health().state == "failed"
+    drift = AuditCheck.objects.get(name="drift")
+    assert not drift.ok and "could not run: database went away" in drift.summary
+    assert check_results().state == "failed"

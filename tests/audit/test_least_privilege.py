@@ -257,3 +257,14 @@ def test_the_platform_runs_as_the_app_role_and_its_silent_write_is_named_as_drif
         f"DRIFT catalog.gputype #{gpu_id} changed without an event"
         f" (name: {name!r} in the trail, 'renamed quietly' in the row)"
     ) in verified.stderr
+
+
+def test_migration_installs_the_functions_and_lockdown_this_module_describes():
+    """The migration keeps its own copy of the SQL (migrations must not change under it): the two agree."""
+    import importlib
+
+    from audit import privileges
+
+    migration = importlib.import_module("audit.migrations.0003_least_privilege_and_checks")
+    assert migration.FUNCTIONS_SQL == privileges.FUNCTIONS_SQL
+    assert migration.LOCKDOWN_SQL == privileges.LOCKDOWN_SQL

@@ -63,10 +63,9 @@ class Command(BaseCommand):
         """Compare governed rows with their events; print each finding. Runs before the chain verdict,
         so a broken chain does not hide drift."""
         check = drift_check_run()
-        for finding in check.findings:
+        findings = check.details["findings"]
+        for finding in findings:
             self.stderr.write(f"DRIFT {describe_finding(finding)}")
-        if not check.findings:
-            self.stdout.write(
-                self.style.SUCCESS(f"OK drift: {check.checked} governed rows match their events")
-            )
-        return check.findings
+        if not findings:
+            self.stdout.write(self.style.SUCCESS(f"OK drift: {check.summary}"))
+        return findings
