@@ -7,8 +7,9 @@ trigger off (``session_replication_role = replica`` or ``ALTER TABLE ... DISABLE
 superuser or the owner), or claimed to be a service (the application role's ``governor.audit``
 flag) and recorded nothing.
 
-Set-based: one SQL statement per governed table folds its events and compares them with its rows;
-only drifted rows come back to Python. Values are compared after both sides pass through the
+Set-based: one SQL statement per governed table folds its events (``audit_jsonb_merge``, an
+aggregate of ``jsonb ||`` in ``seq`` order) and compares them with its rows; only drifted rows come
+back to Python. A create event carries the whole row, so an id used again starts from a full state. Values are compared after both sides pass through the
 column's type (``jsonb_populate_record``), so the event's ``"2.5000"`` and the column's ``2.5`` agree.
 
 Findings (plain dicts, stored as JSON on ``AuditCheck``):
@@ -36,35 +37,19 @@ from audit.raw_capture import governed_tables
 log = logging.getLogger(__name__)
 
 _DRIFT_SQL = """
-WITH ev AS (
-    SELECT e.seq, e.object_id, e.after, e.tenant_id,
-           (e.action LIKE '%%.delete') AS is_delete,
-           (e.action LIKE '%%.create' OR e.action = 'raw.insert' OR e.action LIKE '%%.delete') AS is_birth
+WITH expected AS (  -- each object's fields as its events left them: later events override earlier ones
+    SELECT e.object_id, max(e.seq) AS last_seq,
+           max(e.seq) FILTER (WHERE e.action LIKE '%%.delete') AS delete_seq,
+           max(e.tenant_id) AS tenant_id,
+           audit_jsonb_merge(CASE WHEN jsonb_typeof(e.after) = 'object' THEN e.after END ORDER BY e.seq)
+               - %(ignored)s::text[] AS state
       FROM audit_auditevent e
      WHERE e.object_type = %(object_type)s AND e.object_id <> ''
-),
-born AS (  -- events before an object's latest create or delete describe an earlier life of that id
-    SELECT object_id, max(seq) AS seq FROM ev WHERE is_birth GROUP BY object_id
-),
-last_event AS (
-    SELECT DISTINCT ON (object_id) object_id, seq, is_delete, tenant_id FROM ev ORDER BY object_id, seq DESC
-),
-field_value AS (  -- the latest value each field was given
-    SELECT DISTINCT ON (ev.object_id, f.key) ev.object_id, f.key, f.value
-      FROM ev LEFT JOIN born b USING (object_id)
-     CROSS JOIN LATERAL jsonb_each(CASE WHEN jsonb_typeof(ev.after) = 'object' THEN ev.after END) f
-     WHERE ev.seq >= coalesce(b.seq, 0) AND NOT (f.key = ANY(%(ignored)s))
-     ORDER BY ev.object_id, f.key, ev.seq DESC
-),
-expected AS (
-    SELECT l.object_id, l.seq AS last_seq, l.is_delete, l.tenant_id, coalesce(s.state, jsonb_build_object()) AS state
-      FROM last_event l
-      LEFT JOIN (SELECT object_id, jsonb_object_agg(key, value) AS state FROM field_value GROUP BY object_id) s
-             USING (object_id)
+     GROUP BY e.object_id
 ),
 compared AS (
-    SELECT x.object_id, x.last_seq, x.is_delete, x.tenant_id, x.state,
-           to_jsonb(t) AS actual,
+    SELECT x.object_id, x.last_seq, x.delete_seq IS NOT DISTINCT FROM x.last_seq AS is_delete, x.tenant_id,
+           x.state, to_jsonb(t) AS actual,
            to_jsonb(jsonb_populate_record(NULL::{table}, x.state)) AS typed,
            t.{pk} IS NOT NULL AS present
       FROM expected x LEFT JOIN {table} t ON t.{pk}::text = x.object_id
@@ -74,13 +59,13 @@ SELECT object_id, last_seq, tenant_id,
        state, actual, typed
   FROM compared c
  WHERE (present AND is_delete) OR (NOT present AND NOT is_delete)
-    OR (present AND EXISTS (
+    OR (present AND NOT is_delete AND EXISTS (
             SELECT 1 FROM jsonb_each(c.state) f
              WHERE c.actual ? f.key AND (c.actual -> f.key) IS DISTINCT FROM (c.typed -> f.key)))
 UNION ALL
 SELECT t.{pk}::text, NULL, NULL, 'untracked', NULL, to_jsonb(t), NULL
   FROM {table} t
- WHERE NOT EXISTS (SELECT 1 FROM last_event l WHERE l.object_id = t.{pk}::text)
+ WHERE NOT EXISTS (SELECT 1 FROM expected x WHERE x.object_id = t.{pk}::text)
 """
 
 

@@ -62,6 +62,9 @@ BEGIN
 END;
 $$;
 
+-- The drift check's fold (audit.drift): the JSON objects merged in order, later keys winning.
+CREATE OR REPLACE AGGREGATE audit_jsonb_merge(jsonb) (SFUNC = jsonb_concat, STYPE = jsonb, INITCOND = '{}');
+
 REVOKE ALL ON FUNCTION audit_append(jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION audit_seal_apply(jsonb) FROM PUBLIC;
 """

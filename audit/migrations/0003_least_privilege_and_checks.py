@@ -47,6 +47,9 @@ BEGIN
 END;
 $$;
 
+-- The drift check's fold (audit.drift): the JSON objects merged in order, later keys winning.
+CREATE OR REPLACE AGGREGATE audit_jsonb_merge(jsonb) (SFUNC = jsonb_concat, STYPE = jsonb, INITCOND = '{}');
+
 REVOKE ALL ON FUNCTION audit_append(jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION audit_seal_apply(jsonb) FROM PUBLIC;
 """
@@ -98,7 +101,8 @@ class Migration(migrations.Migration):
         # The application role appends and seals only through these (audit.privileges).
         migrations.RunSQL(
             FUNCTIONS_SQL,
-            reverse_sql="DROP FUNCTION IF EXISTS audit_append(jsonb); DROP FUNCTION IF EXISTS audit_seal_apply(jsonb);",
+            reverse_sql="DROP FUNCTION IF EXISTS audit_append(jsonb); DROP FUNCTION IF EXISTS audit_seal_apply(jsonb);"
+            " DROP AGGREGATE IF EXISTS audit_jsonb_merge(jsonb);",
         ),
         migrations.RunSQL(LOCKDOWN_SQL, reverse_sql=migrations.RunSQL.noop),
     ]
