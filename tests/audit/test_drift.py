@@ -12,8 +12,12 @@ next transaction would start without it.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from decimal import Decimal
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -26,9 +30,11 @@ from audit.raw_capture import SERVICE_FLAG
 from billing.services.prices import price_set
 from billing.services.tenancy import membership_set, tenant_create, tenant_delete, tenant_update
 from tests.audit.conftest import tamper
+from tests.conftest import subprocess_env
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _commit_point() -> None:
@@ -178,3 +184,30 @@ def test_a_check_that_cannot_run_shows_as_an_error_not_as_passing(price, monkeyp
     drift = AuditCheck.objects.get(name="drift")
     assert not drift.ok and "could not run: database went away" in drift.summary
     assert check_results().state == "failed"
+
+
+def test_drift_benchmark_smoke_names_exactly_the_rows_it_changed(tmp_path):
+    """``python -m benchmarks.audit_chain --drift-only`` at a small size (the figure is the 1 M run)."""
+    out = tmp_path / "drift.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.audit_chain",
+            "--drift-only",
+            "--drift-events",
+            "3000",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    assert result["drift"]["events"] == 3000 and result["drift"]["findings"] == 10
+    assert result["drift"]["found_exactly_the_ten_changed_rows"] is True
+    assert result["drift_check_s"] > 0 and "load_avg_1m_start" in result["conditions"]

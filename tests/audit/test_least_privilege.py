@@ -240,16 +240,29 @@ def test_rerunning_db_roles_keeps_the_trail_read_only(cluster, app_db):
 
 
 def test_the_platform_runs_as_the_app_role_and_its_silent_write_is_named_as_drift(platform_cluster):
-    """seed_demo (services, seal) and audit_verify work as the app role; then the app role's one way
-    around the capture trigger (claiming a service write, recording nothing) shows up as drift."""
+    """seed_demo (services, seal), a raw write's capture and audit_verify work as the app role; then
+    the app role's one way around the capture trigger (claiming a service write, recording nothing)
+    shows up as drift."""
     seeded = _manage(platform_cluster.env, "seed_demo")
     assert seeded.returncode == 0, seeded.stderr[-4000:]
     verified = _manage(platform_cluster.env, "audit_verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "OK drift" in verified.stdout
+    with platform_cluster.connect(platform_cluster.app) as app:
+        # A plain SQL write as the app role: the capture trigger appends its event through
+        # audit_append (the role could not INSERT it itself), so it is recorded, not drift.
+        gpu_id = app.execute("SELECT min(id) FROM catalog_gputype").fetchone()[0]
+        app.execute("UPDATE catalog_gputype SET name = 'renamed in psql' WHERE id = %s", [gpu_id])
+        caught = app.execute(
+            "SELECT actor, after FROM audit_auditevent WHERE action = 'raw.update' AND object_id = %s",
+            [str(gpu_id)],
+        ).fetchall()
+        assert caught == [(f"db:{platform_cluster.app}", {"name": "renamed in psql"})]
+    verified = _manage(platform_cluster.env, "audit_verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
     with platform_cluster.connect(platform_cluster.app) as app, app.transaction():
         app.execute("SELECT set_config('governor.audit', 'service', true)")
-        gpu_id, name = app.execute("SELECT id, name FROM catalog_gputype ORDER BY id LIMIT 1").fetchone()
+        name = app.execute("SELECT name FROM catalog_gputype WHERE id = %s", [gpu_id]).fetchone()[0]
         app.execute("UPDATE catalog_gputype SET name = 'renamed quietly' WHERE id = %s", [gpu_id])
     verified = _manage(platform_cluster.env, "audit_verify")
     assert verified.returncode == 1
