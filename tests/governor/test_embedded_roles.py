@@ -73,3 +73,23 @@ def test_embedded_run_migrates_as_the_owner_and_runs_as_a_role_that_owns_nothing
         ):
             with pytest.raises(errors.InsufficientPrivilege):
                 app.execute(statement)
+
+
+def test_db_roles_prints_the_setup_for_an_external_server_and_refuses_odd_names():
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    call_command(
+        "db_roles", "--owner", "gov_owner", "--app", "gov_app", "--app-password", "s3'cret", stdout=out
+    )
+    script = out.getvalue()
+    assert "ALTER ROLE gov_app LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS" in script
+    assert "PASSWORD 's3''cret'" in script  # quoted as a literal
+    assert "ALTER DEFAULT PRIVILEGES FOR ROLE gov_owner IN SCHEMA public" in script
+    assert "REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON %I FROM gov_app" in script
+    with pytest.raises(CommandError, match="not a plain PostgreSQL name"):
+        call_command("db_roles", "--app", "app; DROP TABLE x", stdout=StringIO())
+    with pytest.raises(CommandError, match="must be different"):
+        call_command("db_roles", "--owner", "same", "--app", "same", stdout=StringIO())
