@@ -1,5 +1,8 @@
 """The hash chain of the audit trail, defined once, with no Django (the offline verifier uses it).
 
+Format 1 (ADR 0005), below, is how events recorded before format 2 (audit.format, ADR 0018) were
+hashed; they keep that hash as their leaf hash.
+
 An event's *record* is a dict of plain JSON values (``at`` already an ISO-8601 UTC string). Its hash
 is ``sha256(canonical_json(record))`` where the record includes ``chain_index`` and the previous
 event's hash (``prev_hash``), so each hash commits to the whole history before it.
@@ -76,10 +79,15 @@ class VerifyResult:
     bad_index: int | None = None
     reason: str = ""
     bad_seq: int | None = None
+    findings: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        if self.ok:
+        if self.ok and not self.findings:
             return f"OK {self.checked} events, head index={self.head.index} hash={self.head.hash}"
+        if self.ok:
+            return "FAIL " + "; ".join(self.findings)
+        if self.bad_index is None:
+            return f"FAIL {self.reason}"
         where = f"event at chain index {self.bad_index}"
         if self.bad_seq is not None:
             where += f" (seq {self.bad_seq})"

@@ -1,15 +1,14 @@
 """Automatic checks of the trail and their last results: what the Audit page's badge shows.
 
 Each check keeps one ``AuditCheck`` row (its name, the verdict, when it ran, a summary, details):
-``drift`` (audit.drift, here), ``chain`` (the chain and witness verification) and whatever else
-records one. The badge reads only those rows, so it turns red as soon as a periodic run finds
-something, without anyone pressing a button, and it says when each check last ran.
+``drift`` (audit.drift, here), ``chain`` (``audit.services.audit_verify_record``), ``seal`` and
+``witness`` (audit.alarms). The badge reads only those rows, so it turns red as soon as a periodic
+run finds something, without anyone pressing a button, and it says when each check last ran.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -17,13 +16,9 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from audit import alarms
 from audit.drift import describe_finding, drift_findings
-from audit.head import published_head
 from audit.models import AuditCheck
-from audit.selectors import chain_verify
-from audit.services import audit_seal
-
-log = logging.getLogger("audit.alarm")
 
 DRIFT = "drift"
 CHAIN = "chain"
@@ -31,25 +26,17 @@ LABELS = {
     CHAIN: "Chain verifies",
     DRIFT: "Governed rows match their events",
     "seal": "Every pending event authenticated and sealed",
+    "witness": "Checkpoints witnessed",
 }
 # The summary names at most this many findings (the details and the command keep them all).
 FINDINGS_NAMED = 20
 
 
 def check_store(*, name: str, ok: bool, summary: str, details: dict[str, Any] | None = None) -> AuditCheck:
-    """Store a check's latest result (every run, so the page can say when it last ran)."""
-    if not ok:
-        log.error("audit %s check failed: %s", name, summary)
-    check, _ = AuditCheck.objects.update_or_create(
-        name=name,
-        defaults={
-            "ok": ok,
-            "checked_at": timezone.now(),
-            "summary": summary[:4000],
-            "details": details or {},
-        },
-    )
-    return check
+    """Store a check's latest result (audit.alarms: a failure is logged, an unchanged OK refreshed
+    at most once a minute) and return the stored row."""
+    alarms.check_record(name=name, ok=ok, summary=summary, details=details)
+    return AuditCheck.objects.get(name=name)
 
 
 def drift_check_run() -> AuditCheck:
@@ -77,22 +64,6 @@ def drift_check_run() -> AuditCheck:
         ok=not findings,
         summary=summary,
         details={"checked": checked, "seconds": seconds, "findings": findings},
-    )
-
-
-def chain_check_run() -> AuditCheck:
-    """Seal, walk the chain, compare with the published head; store the verdict as ``chain``.
-
-    The signed-events work of issue 26 stores the same check with the witness included
-    (``audit_verify_record``); this one keeps the badge honest where that is not in place.
-    """
-    audit_seal()
-    result = chain_verify(published=published_head())
-    return check_store(
-        name=CHAIN,
-        ok=result.ok,
-        summary=result.describe(),
-        details={"checked": result.checked, "bad_index": result.bad_index, "bad_seq": result.bad_seq},
     )
 
 

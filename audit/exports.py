@@ -1,8 +1,9 @@
-"""Streamed CSV and JSON exports of the audit trail, each carrying its hashes and the chain head.
+"""Streamed CSV and JSON exports of the audit trail (format ``governor-audit-export/2``,
+docs/audit-format.md), cut at a signed, witnessed checkpoint.
 
-Rows are read with ``iterator()`` and written as they come, so an export of any size uses constant
-memory. The JSON format is documented in docs/decisions/0005-audit-hash-chain.md and is what
-``python -m audit.verify`` reads.
+A complete export holds every event the checkpoint covers: its Merkle root proves nothing is missing,
+added or reordered. A filtered export carries, for each event, an RFC 9162 inclusion proof against
+that checkpoint. Rows are read with ``iterator()`` and written as they come.
 """
 
 from __future__ import annotations
@@ -16,48 +17,65 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from audit.chain import HASHED_FIELDS, Head, canonical_json
+from audit import merkle
+from audit.chain import HASHED_FIELDS
+from audit.format import LEAF_ONLY, SIGNED_FIELDS
+from audit.jcs import canonical
 from audit.models import AuditEvent
 from audit.selectors import event_record
-from audit.verify import FORMAT
 
-CSV_COLUMNS = (*HASHED_FIELDS, "hash")
+FORMAT = "governor-audit-export/2"
+CSV_COLUMNS = ("v", *dict.fromkeys((*HASHED_FIELDS, *SIGNED_FIELDS, *LEAF_ONLY)), "hash")
 _JSON_COLUMNS = ("before", "after", "evidence")
 
 
-def export_queryset(events: QuerySet[AuditEvent], *, head: Head) -> QuerySet[AuditEvent]:
-    """The sealed events up to ``head``, in chain order: a consistent snapshot while writes go on."""
-    return events.filter(chain_index__isnull=False, chain_index__lte=head.index).order_by("chain_index")
+def export_queryset(events: QuerySet[AuditEvent], *, size: int) -> QuerySet[AuditEvent]:
+    """The sealed events a checkpoint of ``size`` covers, in chain order (a consistent snapshot)."""
+    return events.filter(chain_index__isnull=False, chain_index__lt=size).order_by("chain_index")
 
 
-def _header(*, head: Head, published: Head | None, filters: dict[str, Any]) -> dict[str, Any]:
+def _header(*, checkpoint: dict | None, keys: list[dict], filters: dict[str, Any]) -> dict[str, Any]:
+    size = checkpoint["size"] if checkpoint else 0
     return {
         "format": FORMAT,
         "generated_at": timezone.now().isoformat(),
         "complete": not filters,
         "filters": filters,
-        "head": head.as_dict(),
-        "published_head": published.as_dict() if published else None,
+        "head": {"index": size - 1, "hash": checkpoint["head"] if checkpoint else "0" * 64},
+        "checkpoint": checkpoint,
+        "keys": keys,
     }
 
 
 def json_chunks(
-    events: QuerySet[AuditEvent], *, head: Head, published: Head | None, filters: dict[str, Any]
+    events: QuerySet[AuditEvent], *, checkpoint: dict | None, keys: list[dict], filters: dict[str, Any]
 ) -> Iterator[str]:
-    """``{"format":…, "head":…, "events":[…]}`` with one event per line."""
-    header = json.dumps(_header(head=head, published=published, filters=filters), ensure_ascii=False)
+    """``{"format":…, "checkpoint":…, "keys":…, "events":[…]}`` with one event per line."""
+    header = json.dumps(_header(checkpoint=checkpoint, keys=keys, filters=filters), ensure_ascii=False)
     yield header[:-1] + ', "events": [\n'
+    size = checkpoint["size"] if checkpoint else 0
+    tree = None
+    if filters and size:
+        hashes = (
+            AuditEvent.objects.filter(chain_index__isnull=False, chain_index__lt=size)
+            .order_by("chain_index")
+            .values_list("hash", flat=True)
+        )
+        tree = merkle.Tree([bytes.fromhex(h) for h in hashes.iterator(chunk_size=10000)])
     sep = ""
-    for event in export_queryset(events, head=head).iterator(chunk_size=2000):
-        yield sep + json.dumps(event_record(event), ensure_ascii=False)
+    for event in export_queryset(events, size=size).iterator(chunk_size=2000):
+        record = event_record(event)
+        if tree is not None and event.chain_index < tree.size:
+            record["inclusion_proof"] = [h.hex() for h in tree.inclusion_proof(event.chain_index, size)]
+        yield sep + json.dumps(record, ensure_ascii=False)
         sep = ",\n"
     yield "\n]}\n"
 
 
 def csv_chunks(
-    events: QuerySet[AuditEvent], *, head: Head, published: Head | None, filters: dict[str, Any]
+    events: QuerySet[AuditEvent], *, checkpoint: dict | None, keys: list[dict], filters: dict[str, Any]
 ) -> Iterator[str]:
-    """Comment lines with the head and filters, then one row per event (JSON columns as canonical JSON)."""
+    """Comment lines with the checkpoint and filters, then one row per event (JSON columns as RFC 8785)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
 
@@ -67,19 +85,20 @@ def csv_chunks(
         buffer.truncate()
         return text
 
-    header = _header(head=head, published=published, filters=filters)
-    yield f"# {FORMAT} head index={head.index} hash={head.hash}\n"
-    if published:
-        yield f"# published head index={published.index} hash={published.hash}\n"
+    header = _header(checkpoint=checkpoint, keys=keys, filters=filters)
+    yield f"# {FORMAT} head index={header['head']['index']} hash={header['head']['hash']}\n"
+    if checkpoint:
+        yield f"# checkpoint {json.dumps(checkpoint, sort_keys=True)}\n"
     yield f"# generated_at={header['generated_at']} complete={str(header['complete']).lower()}"
     yield f" filters={json.dumps(filters, sort_keys=True)}\n"
     writer.writerow(CSV_COLUMNS)
     yield flush()
-    for event in export_queryset(events, head=head).iterator(chunk_size=2000):
+    size = checkpoint["size"] if checkpoint else 0
+    for event in export_queryset(events, size=size).iterator(chunk_size=2000):
         record = event_record(event)
         writer.writerow(
             [
-                canonical_json(record[c]).decode()
+                canonical(record[c]).decode()
                 if c in _JSON_COLUMNS
                 else ("" if record[c] is None else record[c])
                 for c in CSV_COLUMNS

@@ -12,7 +12,9 @@ from django.utils import timezone
 class EventFilterForm(forms.Form):
     actor = forms.CharField(required=False, max_length=150)
     action = forms.CharField(
-        required=False, max_length=64, help_text="exact, or a prefix ending in a dot (raw., model_version.)"
+        required=False,
+        max_length=64,
+        help_text="any part of the action, case-insensitive: model_version finds model_version.gate_override",
     )
     object_type = forms.CharField(
         required=False, max_length=64, help_text="app_label.model, e.g. catalog.modelversion"
@@ -29,6 +31,10 @@ class EventFilterForm(forms.Form):
         for field in self.fields.values():
             field.widget.attrs.setdefault("class", "form-control form-control-sm")
             field.widget.attrs.setdefault("placeholder", field.label or "")
+        # Shown in the input itself, so the page documents the match without a template change.
+        self.fields["action"].widget.attrs.update(
+            placeholder="part of an action, e.g. model_version", title=self.fields["action"].help_text
+        )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

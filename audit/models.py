@@ -38,6 +38,11 @@ class AuditEvent(models.Model):
     chain_index = models.BigIntegerField(null=True, blank=True, unique=True, editable=False)
     prev_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001 (NULL = unsealed)
     hash = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001 (NULL = unsealed)
+    # Format 2 (ADR 0018): the writer's Ed25519 signature; events from before it are version 1.
+    version = models.PositiveSmallIntegerField(db_default=2, editable=False)
+    nonce = models.CharField(max_length=32, null=True, blank=True, unique=True, editable=False)  # noqa: DJ001
+    key_id = models.CharField(max_length=16, null=True, blank=True, editable=False)  # noqa: DJ001
+    signature = models.CharField(max_length=128, null=True, blank=True, editable=False)  # noqa: DJ001
 
     class Meta:
         ordering = ["seq"]
@@ -71,6 +76,21 @@ class AuditEvent(models.Model):
     @property
     def sealed(self) -> bool:
         return self.hash is not None
+
+
+class AuditCheckpoint(models.Model):
+    """The database's copy of each witness entry (audit.witness): what a truncated witness is
+    compared with. The witness, not this table, is the authority against a database attacker."""
+
+    n = models.BigIntegerField(primary_key=True)
+    entry = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["n"]
+
+    def __str__(self) -> str:
+        return f"witness entry {self.n} ({self.entry.get('type')})"
 
 
 class AuditCheck(models.Model):

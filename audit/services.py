@@ -11,19 +11,27 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import logging
+import math
+import os
+import secrets
+import threading
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from audit import context
-from audit.chain import Head, event_hash
+from audit import alarms, context
+from audit.chain import Head
+from audit.format import event_message, event_signature_problem, leaf_hash
 from audit.head import head_publish
+from audit.jcs import MAX_SAFE_INTEGER
 from audit.models import AuditEvent
-from audit.raw_capture import mark_service_write
 from audit.selectors import chain_head, event_record
+from audit.signing import signing_key
 from audit.store import event_insert, events_seal
+from audit.witness_state import WitnessBroken, trusted_keys
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +73,14 @@ def jsonable(value: Any) -> Any:
         return str(value)
     if isinstance(value, models.Model):
         return value.pk
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    # RFC 8785 (and JavaScript) carry numbers as IEEE doubles: beyond 2**53 a number would not come
+    # back from the database as the same value, so it is kept as its decimal text instead.
+    if isinstance(value, int) and abs(value) > MAX_SAFE_INTEGER:
+        return str(value)
+    if isinstance(value, float) and (not math.isfinite(value) or abs(value) > MAX_SAFE_INTEGER):
+        return repr(value)
     return value
 
 
@@ -102,27 +118,31 @@ def audit_record(
         object_repr = object_repr or str(target)[:200]
     name, actor_id, role = _actor_fields(actor)
     ctx = context.current()
-    # The raw-write triggers of this transaction's governed rows then stay silent (recorded here).
-    mark_service_write()
-    event = event_insert(
-        fields={
-            "at": timezone.now(),
-            "actor": name[:150],
-            "actor_id": actor_id,
-            "role": role,
-            "action": action,
-            "object_type": object_type,
-            "object_id": str(object_id),
-            "object_repr": object_repr[:200],
-            "tenant_id": tenant_id,
-            "before": jsonable(before or {}),
-            "after": jsonable(after or {}),
-            "reason": reason,
-            "evidence": jsonable(evidence or {}),
-            "request_id": ctx.request_id,
-            "client_address": ctx.client_address,
-        }
-    )
+    # event_insert also marks the transaction, so its governed rows' raw-write triggers stay silent.
+    key = signing_key()
+    at = timezone.now()
+    fields: dict[str, Any] = {
+        "actor": name[:150],
+        "actor_id": actor_id,
+        "role": role,
+        "action": action,
+        "object_type": object_type,
+        "object_id": str(object_id),
+        "object_repr": object_repr[:200],
+        "tenant_id": tenant_id,
+        "before": jsonable(before or {}),
+        "after": jsonable(after or {}),
+        "reason": reason,
+        "evidence": jsonable(evidence or {}),
+        "request_id": ctx.request_id,
+        "client_address": ctx.client_address,
+        # Unique per event: a copy of a genuine signed row is refused by the unique constraint.
+        "nonce": secrets.token_hex(16),
+        "key_id": key.key_id,
+    }
+    # Signed now, with a key PostgreSQL never sees: the seal refuses any row without a valid one.
+    fields["signature"] = key.sign(event_message({**fields, "at": at.astimezone(dt.UTC).isoformat()}))
+    event = event_insert(fields={**fields, "at": at})
     if not any(func is audit_seal_soon for _, func, _ in connection.run_on_commit):
         transaction.on_commit(audit_seal_soon)
     return event
@@ -140,6 +160,8 @@ def audit_seal(*, wait: bool = True, batch: int = SEAL_BATCH) -> Head:
     """
     sealed_any = False
     head: Head | None = None
+    refused: dict[int, str] = {}
+    after_seq = 0
     while True:
         with transaction.atomic():
             with connection.cursor() as cursor:
@@ -148,30 +170,103 @@ def audit_seal(*, wait: bool = True, batch: int = SEAL_BATCH) -> Head:
                 else:
                     cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [SEAL_LOCK_KEY])
                     if not cursor.fetchone()[0]:
-                        break  # another sealer is at work; it (or the next beat tick) seals ours
+                        return chain_head()  # another sealer is at work; it (or the beat) seals ours
             head = chain_head()
-            pending = list(AuditEvent.objects.filter(hash__isnull=True).order_by("seq")[:batch])
+            pending = list(
+                AuditEvent.objects.filter(hash__isnull=True, seq__gt=after_seq).order_by("seq")[:batch]
+            )
+            try:
+                keys = trusted_keys() if pending else {}
+            except WitnessBroken as exc:
+                # No trustworthy list of keys: seal nothing (the events wait, visible) and say why.
+                alarms.check_record(name="witness", ok=False, summary=f"sealing paused: {exc}")
+                return chain_head()
+            sealed = []
             for event in pending:
+                record = event_record(event)
+                problem = event_signature_problem(record, keys)
+                if problem is not None:
+                    refused[event.seq] = problem  # stays unsealed: never part of the chain
+                    continue
                 event.chain_index = head.index + 1
                 event.prev_hash = head.hash
-                event.hash = event_hash(event_record(event))
+                event.hash = leaf_hash({**record, "chain_index": event.chain_index, "prev_hash": head.hash})
                 head = Head(index=event.chain_index, hash=event.hash)
-            if pending:
-                events_seal(events=pending)
+                sealed.append(event)
+            if sealed:
+                events_seal(events=sealed)
                 sealed_any = True
+            if pending:
+                after_seq = pending[-1].seq
         if len(pending) < batch:
             break
+    alarms.seal_result(refused=refused)
     if sealed_any and head is not None:
         head_publish(head=head)
     return head if head is not None else chain_head()
 
 
 def audit_seal_soon() -> None:
-    """After a commit that recorded events: seal now unless another sealer already is (never blocks)."""
+    """After a commit that recorded events: seal them now, off the request's thread.
+
+    With ``settings.AUDIT_SEAL_IN_BACKGROUND`` (the default) this only wakes the process's sealer
+    thread, so a governed write pays for its signature and its INSERT, not for the seal's own
+    transaction (ADR 0018); otherwise it seals here, unless another sealer already is (never blocks).
+    """
+    if getattr(settings, "AUDIT_SEAL_IN_BACKGROUND", True):
+        _background_sealer_wake()
+        return
     try:
         audit_seal(wait=False)
     except Exception:  # the beat task seals what this missed; a write must not fail after its commit
         log.exception("audit: seal after commit failed; the periodic seal will retry")
+
+
+_wake = threading.Event()
+_sealer: tuple[int, threading.Thread] | None = None
+_sealer_lock = threading.Lock()
+
+
+def _background_sealer_wake() -> None:
+    global _sealer
+    if _sealer is None or _sealer[0] != os.getpid() or not _sealer[1].is_alive():
+        with _sealer_lock:  # one thread per process (a forked worker starts its own)
+            if _sealer is None or _sealer[0] != os.getpid() or not _sealer[1].is_alive():
+                thread = threading.Thread(target=_background_sealer, name="audit-sealer", daemon=True)
+                _sealer = (os.getpid(), thread)
+                thread.start()
+    _wake.set()
+
+
+_stop = threading.Event()
+
+
+def background_sealer_stop() -> None:
+    """Stop this process's sealer thread and close its connection (tests, before dropping a database)."""
+    global _sealer
+    if _sealer is not None and _sealer[1].is_alive():
+        _stop.set()
+        _wake.set()
+        _sealer[1].join(timeout=30)
+    _sealer = None
+    _stop.clear()
+
+
+def _background_sealer() -> None:
+    while True:
+        _wake.wait()
+        # Gather the commits of the next few milliseconds into one seal: under a burst of writes the
+        # seal's own transaction is paid once per batch, not once per write.
+        _stop.wait(getattr(settings, "AUDIT_SEAL_BATCH_DELAY_S", 0.05))
+        _wake.clear()
+        if _stop.is_set():
+            connection.close()
+            return
+        try:
+            audit_seal(wait=False)
+        except Exception:  # the beat task seals what this missed; reconnect next time
+            log.exception("audit: background seal failed; the periodic seal will retry")
+            connection.close()
 
 
 def snapshot(instance: models.Model) -> dict[str, Any]:
@@ -238,3 +333,23 @@ def audit_delete(
         before=snapshot(instance),
         reason=reason,
     )
+
+
+def audit_verify_record(*, seal: bool = True, signatures: str = "unwitnessed"):
+    """Seal and checkpoint what is pending, verify the whole trail, and store the verdict as the
+    ``chain`` check (what the console's badge shows). Returns the ``VerifyResult``."""
+    from audit.checkpoints import audit_checkpoint
+    from audit.head import published_head
+    from audit.selectors import chain_verify
+
+    if seal:
+        audit_seal()
+        audit_checkpoint()
+    result = chain_verify(published=published_head(), signatures=signatures)
+    alarms.check_record(
+        name="chain",
+        ok=result.ok,
+        summary=result.describe(),
+        details={"bad_index": result.bad_index, "bad_seq": result.bad_seq, "findings": list(result.findings)},
+    )
+    return result

@@ -10,11 +10,12 @@ from django.shortcuts import render
 from django.views import View
 
 from audit import exports
+from audit.checkpoints import export_cut
 from audit.forms import EventFilterForm
 from audit.head import published_head
 from audit.permissions import can_read_audit
-from audit.selectors import chain_status, chain_verify, events_filtered
-from audit.services import audit_seal
+from audit.selectors import chain_status, events_filtered, signing_public_key
+from audit.services import audit_verify_record
 
 PAGE_SIZE = 50
 
@@ -51,6 +52,7 @@ class EventListView(AuditReaderRequiredMixin, View):
             "page": page,
             "qs": _querystring_without_page(request),
             "status": chain_status(),
+            "signing": signing_public_key(),
         }
         return render(request, "audit/event_list.html", context, status=status)
 
@@ -59,9 +61,8 @@ class ChainVerifyView(AuditReaderRequiredMixin, View):
     """Seal what is pending and walk the whole chain (htmx partial; a full page without htmx)."""
 
     def get(self, request):
-        audit_seal()
+        result = audit_verify_record()
         published = published_head()
-        result = chain_verify(published=published)
         template = "audit/partials/verify_result.html" if request.htmx else "audit/verify_page.html"
         return render(request, template, {"result": result, "published": published})
 
@@ -82,17 +83,18 @@ class ExportView(AuditReaderRequiredMixin, View):
             )
         filters = form.active_filters() if form.is_bound else {}
         events = events_filtered(**(form.selector_kwargs() if form.is_bound else {}))
-        head = audit_seal()
-        published = published_head()
+        checkpoint, keys = export_cut()
         if self.kind == "csv":
             chunks, content_type = (
-                exports.csv_chunks(events, head=head, published=published, filters=filters),
+                exports.csv_chunks(events, checkpoint=checkpoint, keys=keys, filters=filters),
                 "text/csv",
             )
         else:
-            chunks = exports.json_chunks(events, head=head, published=published, filters=filters)
+            chunks = exports.json_chunks(events, checkpoint=checkpoint, keys=keys, filters=filters)
             content_type = "application/json"
+        size = checkpoint["size"] if checkpoint else 0
         response = StreamingHttpResponse(chunks, content_type=f"{content_type}; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="audit-{head.index}.{self.kind}"'
-        response["X-Audit-Head"] = f"{head.index}:{head.hash}"
+        response["Content-Disposition"] = f'attachment; filename="audit-{size - 1}.{self.kind}"'
+        if checkpoint:
+            response["X-Audit-Head"] = f"{size - 1}:{checkpoint['head']}"
         return response

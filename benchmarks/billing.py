@@ -36,6 +36,8 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
+
 TENANTS = 50
 KEYS_PER_TENANT = 3
 MODELS = ["bench-llama-8b", "bench-llama-70b", "bench-qwen-7b", "bench-mistral-7b"]
@@ -104,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="measure only the cost page, on the database a full run left (no generation, no rollup)",
     )
-    args = ap.parse_args(argv)
+    add_smoke_flag(ap, events=2_000, page_samples=2, database=f"bench_billing_smoke_{os.getpid()}")
+    args = apply_smoke(ap.parse_args(argv))
 
     base = os.environ.get("DATABASE_URL")
     if not base:
@@ -275,6 +278,7 @@ def _page_figures(args, *, start, now, generated: dict | None) -> int:
         "partitioned": False,
         "conditions": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
         "goals": {"rollup_events_per_s": ">= 2000", "cost_page_p95_ms": "< 300"},
+        "smoke": args.smoke,
     }
     print(json.dumps(out, indent=2))
     if args.json:

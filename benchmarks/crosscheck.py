@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
 from engines.workload import Workload, fixed, poisson  # noqa: E402
 from loadtest import Sla, StageConfig, Target, run_stage  # noqa: E402
 
@@ -133,12 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--json", dest="json_path")
-    a = p.parse_args(argv)
+    add_smoke_flag(p, rounds=2, requests=4, rate=4.0, input_len=16, output_len=4)
+    a = apply_smoke(p.parse_args(argv))
     if a.rounds < 2 or a.requests < 2 or a.rate <= 0 or a.input_len < 1 or a.output_len < 2:
         p.error("need --rounds >= 2, --requests >= 2, --rate > 0, --input-len >= 1, --output-len >= 2")
     out = run(
         rounds=a.rounds, requests=a.requests, rate=a.rate, input_len=a.input_len, output_len=a.output_len
     )
+    out["smoke"] = a.smoke
     out["command"] = "python -m benchmarks.crosscheck " + " ".join(argv if argv is not None else sys.argv[1:])
     c = out["conditions"]
     print(

@@ -45,6 +45,7 @@ django.setup()
 import httpx  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
 from catalog.models import GpuType, Model, ModelVersion  # noqa: E402
 from deployments import ray_client  # noqa: E402
 from deployments.compiler import compile_serve_config  # noqa: E402
@@ -168,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dashboard-url", help="an existing cluster's dashboard (its apps are replaced)")
     parser.add_argument("--serve-port", type=int, default=None)
-    args = parser.parse_args(argv)
+    add_smoke_flag(parser, repeat=1)
+    args = apply_smoke(parser.parse_args(argv))
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll would bury the table
 
     cluster = None
@@ -204,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 "engine": "simulated (engines.serve_app:build_app), Llama-3.1-8B bf16 on H100, 1 replica = 1 engine",
                 "summary": summary,
                 "rounds": rounds,
+                "smoke": args.smoke,
             }
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.json).write_text(json.dumps(payload, indent=2))

@@ -9,6 +9,7 @@ the engine. ``eval_cases_per_s`` is the gateway figure, or the direct one when t
 start (then ``path`` says ``direct``).
 
     python -m benchmarks.evals --json var/bench-evals.json [--cases 2000] [--concurrency 64]
+    python -m benchmarks.evals --smoke --json var/bench-evals-smoke.json   # seconds (run by the tests)
 
 ``gate_wall_s`` (the wall time of a whole gate decision through the console) is filled in by the
 ``evaluations`` app's benchmark hook when present; this module leaves it ``null``.
@@ -113,7 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--client", choices=("fast", "openai"), default="fast", help="evalkit.runner's HTTP client"
     )
+    p.add_argument(
+        "--smoke", action="store_true", help="seconds, tiny sizes: checks that it runs (a test runs it)"
+    )
     a = p.parse_args(argv)
+    if a.smoke:
+        a.cases, a.concurrency = 24, 4
     conditions = {
         "cores": os.cpu_count(),
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
@@ -141,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                 prefix = f"evbench-{uuid.uuid4().hex[:8]}:"
                 gw, gw_port = start_gateway(a.redis_url, prefix, work)
                 procs.append(gw)
-                publish_snapshot(a.redis_url, prefix, [port], limits=True)
-                wait_snapshot(gw_port)
+                version = publish_snapshot(a.redis_url, prefix, [port], limits=True)
+                wait_snapshot(gw_port, version)
             except Exception as exc:  # noqa: BLE001 - the direct figure still stands; say why
                 out["gateway_error"] = f"{type(exc).__name__}: {exc}"
                 print(f"gateway did not start ({out['gateway_error']}); reporting the direct figure")

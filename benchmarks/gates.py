@@ -29,6 +29,8 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
+
 
 def _database_urls() -> tuple[str, str, str]:
     """(server admin URL, throwaway database URL, its name)."""
@@ -44,7 +46,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--time-scale", type=float, default=1.0, help="simulated engines' speed (1 = real time)")
-    args = ap.parse_args()
+    add_smoke_flag(ap, time_scale=50.0)
+    args = apply_smoke(ap.parse_args())
 
     import psycopg
 
@@ -81,11 +84,11 @@ def _run(args) -> dict:
     from django.core.management import call_command
 
     from catalog.models import ModelVersion
+    from engines.local import prefix_router, simulated_engine
     from evaluations.demo import BF16_PROFILE, FP8_PROFILE
     from evaluations.gates import gate_run_execute, gate_run_start
     from evaluations.models import GateDecision
     from governor.demo import seed_demo
-    from tests.support.servers import prefix_router, simulated_engine
 
     call_command("migrate", verbosity=0)
     seed_demo()
@@ -114,6 +117,7 @@ def _run(args) -> dict:
         "quality_cases_per_version": decisions[0].eval_run.cases_total
         if decisions and decisions[0].eval_run
         else None,
+        "smoke": args.smoke,
         "conditions": {
             "mode": "predicted (quality on simulated engines)",
             "engine_time_scale": args.time_scale,

@@ -15,8 +15,14 @@ forwarding, the usage event fsynced to its spool before ``[DONE]``, and the sett
 3. *Cost* ``cpu_ms_per_request``: gateway process CPU (user+sys from /proc) per 64-token stream
    against an engine with no delay.
 
+4. *Slow clients* (``--slowloris``): real requests' success rate and p99 (``legit_success_rate``,
+   ``legit_p99_ms``) while 3,000 slow-header connections are held, the gateway started at a soft
+   limit of 1,024 open files (what it raises at start; ADR 0015).
+
     python -m benchmarks.gateway --json var/bench-gateway.json
     python -m benchmarks.gateway --quick            # shorter stages, smaller ladder
+    python -m benchmarks.gateway --slowloris --json var/bench-slowloris.json
+    python -m benchmarks.gateway [--slowloris] --smoke   # seconds, tiny sizes (run by the tests)
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -81,7 +88,11 @@ def start_engine(ttft_ms: float, tpot_ms: float, log_dir: Path, name: str) -> tu
     return p, port
 
 
-def start_gateway(redis_url: str, prefix: str, work: Path, workers: int = 1) -> tuple[subprocess.Popen, int]:
+def start_gateway(
+    redis_url: str, prefix: str, work: Path, workers: int = 1, *, nofile_soft: int | None = None, **settings
+) -> tuple[subprocess.Popen, int]:
+    """The gateway under test in its own process; ``nofile_soft`` starts it at that soft open-file
+    limit (the hard limit stays), as a service manager's default would."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "GATEWAY_DATABASE_URL")}
     env.update(
@@ -90,24 +101,26 @@ def start_gateway(redis_url: str, prefix: str, work: Path, workers: int = 1) -> 
         GATEWAY_SPOOL_DIR=str(work / "spool"),
         GOVERNOR_VAR_DIR=str(work),  # no launcher env file: the benchmark never ships to a database
     )
+    env.update({k: str(v) for k, v in settings.items()})
     log = open(work / "gateway.log", "wb")  # noqa: SIM115
+
+    def limit_files() -> None:
+        if nofile_soft is not None:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile_soft, hard))
+
     p = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--port", str(port), "--workers", str(workers)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "gateway", "--port", str(port), "--workers", str(workers), "--log-level", "info"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit_files,
     )  # fmt: skip
     wait_port(port, p, "gateway")
     return p, port
 
 
-def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limits: bool) -> None:
-    """A snapshot like the console's: one tenant with limits and a budget, one key, one route."""
-    import redis
-
-    version = time.time_ns() // 1000
+def snapshot_sections(engine_ports: list[int], limits: bool) -> dict[str, dict]:
+    """The two sections the console publishes: one tenant with limits and a budget, one key, one route."""
     big = 1_000_000_000
-    snap = {
-        "version": version,
-        "generated_at": time.time(),
+    tenancy = {
         "keys": {
             hashlib.sha256(SECRET.encode()).hexdigest(): {
                 "id": 1, "prefix": SECRET[:10], "tenant_id": 1, "models": None, "expires_at": None,
@@ -124,6 +137,9 @@ def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limit
                 } if limits else None,
             }
         },
+        "prices": {MODEL: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
+    }  # fmt: skip
+    routes = {
         "routes": {
             MODEL: {
                 "long_context_threshold": None,
@@ -136,25 +152,38 @@ def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limit
                     for i, port in enumerate(engine_ports)
                 ],
             }
-        },
-        "prices": {MODEL: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
+        }
     }  # fmt: skip
+    return {"tenancy": tenancy, "routes": routes}
+
+
+def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limits: bool) -> int:
+    """Publish both sections through the product's own writer (``gateway.publish``), as the console
+    does; returns the snapshot version the gateway will report once it serves them."""
+    import redis
+
+    from gateway.publish import publish_section
+
     r = redis.Redis.from_url(redis_url)
-    r.set(prefix + "snapshot", orjson.dumps(snap))
-    r.set(prefix + "snapshot:version", version)
-    r.publish(prefix + "snapshot", version)
-    r.close()
+    try:
+        version = 0
+        for section, data in snapshot_sections(engine_ports, limits).items():
+            version = publish_section(r, prefix=prefix, section=section, data=data)
+        return version
+    finally:
+        r.close()
 
 
-def wait_snapshot(port: int, timeout: float = 10) -> None:
+def wait_snapshot(port: int, version: int = 1, timeout: float = 30) -> None:
+    """Wait until the gateway serves snapshot ``version`` (or a later one)."""
     import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if httpx.get(f"http://127.0.0.1:{port}/healthz").json()["snapshot_version"]:
+        if httpx.get(f"http://127.0.0.1:{port}/healthz").json()["snapshot_version"] >= version:
             return
         time.sleep(0.05)
-    raise RuntimeError("gateway did not load the snapshot")
+    raise RuntimeError(f"gateway did not load snapshot version {version} within {timeout} s")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -372,6 +401,241 @@ def run_pair(engines: list[int], gw_port: int, c: int, a, on_via=None) -> tuple[
     return direct, via
 
 
+# ------------------------------------------------------------------ slow clients (--slowloris)
+
+
+def raise_own_file_limit() -> int:
+    """This process holds thousands of sockets: its soft open-file limit goes up to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def _slow_holder(port: int, n: int, trickle_s: float, start_at: float, stop, conn) -> None:
+    """Keep ``n`` slow-header connections open until ``stop`` is set: each sends a request line, then a
+    header line every ``trickle_s`` and never ends its head; one the gateway closes is reopened at
+    once, so ``n`` stay held for the whole run (what a slowloris attacker does)."""
+    import uvloop
+
+    raise_own_file_limit()
+    stats = {"opened": 0, "closed_by_gateway": 0, "answered_408": 0, "open_failed": 0, "held": []}
+
+    state = {"stop_at": float("inf")}
+
+    async def one(held: set, i: int) -> None:
+        while time.time() < state["stop_at"]:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                stats["open_failed"] += 1
+                await asyncio.sleep(0.2)
+                continue
+            stats["opened"] += 1
+            held.add(i)
+            try:
+                writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: slow\r\n")
+                while time.time() < state["stop_at"]:
+                    try:
+                        data = await asyncio.wait_for(reader.read(4096), trickle_s)
+                    except TimeoutError:
+                        writer.write(b"x-slow: %d\r\n" % i)
+                        continue
+                    if data.startswith(b"HTTP/1.1 408"):
+                        stats["answered_408"] += 1
+                    if not data:
+                        stats["closed_by_gateway"] += 1
+                        break
+            except ConnectionError:
+                stats["closed_by_gateway"] += 1
+            finally:
+                held.discard(i)
+                writer.close()
+
+    async def main() -> None:
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        held: set[int] = set()
+        tasks = []
+        for i in range(n):
+            tasks.append(asyncio.ensure_future(one(held, i)))
+            if i % 100 == 99:
+                await asyncio.sleep(0.01)  # a ramp of a few hundred ms, not one burst
+        while not stop.is_set():
+            stats["held"].append((time.time(), len(held)))
+            await asyncio.sleep(0.25)
+        state["stop_at"] = time.time()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    uvloop.run(main())
+    conn.send(stats)
+    conn.close()
+
+
+def fd_count(pid: int) -> int:
+    return sum(len(os.listdir(f"/proc/{p}/fd")) for p in [pid, *_children(pid)])
+
+
+def nofile_limits(pid: int) -> tuple[str, str]:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return soft, hard
+    return "?", "?"
+
+
+def run_slowloris(a) -> dict:
+    """Real requests' success rate and p99 while ``a.slow`` slow connections are held against a
+    gateway started at a soft limit of ``a.gateway_nofile`` open files."""
+    own_limit = raise_own_file_limit()
+    need = a.slow + 4 * a.legit_concurrency + 64
+    if own_limit < need:
+        raise SystemExit(f"this process may open {own_limit} files, the run needs about {need}")
+    work = Path(tempfile.mkdtemp(prefix="bench-slowloris-"))
+    prefix = f"gwslow-{uuid.uuid4().hex[:8]}:"
+    procs: list[subprocess.Popen] = []
+    load_at_start = os.getloadavg()
+    try:
+        engine, engine_port = start_engine(a.slow_ttft_ms, a.slow_tpot_ms, work, "engine")
+        procs.append(engine)
+        gw, gw_port = start_gateway(a.redis_url, prefix, work, nofile_soft=a.gateway_nofile)
+        procs.append(gw)
+        wait_snapshot(gw_port, publish_snapshot(a.redis_url, prefix, [engine_port], limits=True))
+        gw_pid = httpx_pid(gw_port)
+        soft, hard = nofile_limits(gw_pid)
+        # The same load without slow connections first: what the p99 would be on this machine now.
+        baseline = run_load([gw_port], a.legit_concurrency, a.warm, a.duration / 2, 1)
+
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe(duplex=False)
+        stop = ctx.Event()
+        hold_start = time.time() + 1.0
+        ramp_s = 2.0 + a.slow / 2000
+        holder = ctx.Process(
+            target=_slow_holder, args=(gw_port, a.slow, a.trickle_s, hold_start, stop, child)
+        )
+        holder.start()
+        # Legit load starts once the slow connections are open, and ends before they are let go.
+        wait_until_held = time.time() + 60
+        while time.time() < wait_until_held and fd_count(gw_pid) < min(a.slow, 900):
+            time.sleep(0.1)
+        time.sleep(max(0.0, hold_start + ramp_s - time.time()))
+        peak_fds = [fd_count(gw_pid)]
+        stop_sampling = False
+
+        def sample() -> None:
+            while not stop_sampling:
+                with contextlib.suppress(OSError):
+                    peak_fds.append(fd_count(gw_pid))
+                time.sleep(0.5)
+
+        import threading
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        t0 = time.time()
+        load = run_load([gw_port], a.legit_concurrency, a.warm, a.duration, 1)
+        t1 = time.time()
+        stop_sampling = True
+        stop.set()
+        stats = parent.recv()
+        holder.join(30)
+        held = [h for t, h in stats["held"] if t0 <= t <= t1]
+        gateway_log = (work / "gateway.log").read_text(errors="replace")
+        attempts = load["requests"] + load["errors"]
+        return {
+            "legit_success_rate": load["requests"] / attempts if attempts else 0.0,
+            "legit_p99_ms": pct(load["e2e"], 0.99),
+            "legit_p50_ms": pct(load["e2e"], 0.5),
+            "legit_ttft_p99_ms": pct(load["ttft"], 0.99),
+            "baseline_p99_ms": pct(baseline["e2e"], 0.99),
+            "baseline_p50_ms": pct(baseline["e2e"], 0.5),
+            "baseline_success_rate": baseline["requests"] / max(1, baseline["requests"] + baseline["errors"]),
+            "legit_requests": load["requests"],
+            "legit_errors": load["errors"],
+            "slow_connections_target": a.slow,
+            "slow_connections_held_min": min(held, default=0),
+            "slow_connections_held_mean": sum(held) / len(held) if held else 0.0,
+            "slow_opened": stats["opened"],
+            "slow_closed_by_gateway": stats["closed_by_gateway"],
+            "slow_answered_408": stats["answered_408"],
+            "slow_open_failed": stats["open_failed"],
+            "gateway_open_files_peak": max(peak_fds),
+            "gateway_nofile_soft_at_start": a.gateway_nofile,
+            "gateway_nofile_after_start": {"soft": soft, "hard": hard},
+            "too_many_open_files_in_gateway_log": gateway_log.count("Too many open files"),
+            "conditions": {
+                "gateway": "python -m gateway, 1 worker, limits and budget in Redis, spool on local disk",
+                "engine": f"engines.server fixed timing TTFT {a.slow_ttft_ms} ms TPOT {a.slow_tpot_ms} ms, "
+                f"{TOKENS}-token streams",
+                "legit_client": f"{a.legit_concurrency} closed-loop kept-alive streams for {a.duration} s "
+                f"(+{a.warm} s warm-up)",
+                "slow_client": f"{a.slow} connections, a header line every {a.trickle_s} s, never a whole "
+                "head; reopened when the gateway closes one",
+                "benchmark_nofile": own_limit,
+                "cores": os.cpu_count(),
+                "load_average_at_start": load_at_start,
+                "load_average_at_end": os.getloadavg(),
+            },
+        }
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+        _forget_prefix(a.redis_url, prefix)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def httpx_pid(port: int) -> int:
+    import httpx
+
+    return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=30).json()["pid"]
+
+
+def _forget_prefix(redis_url: str, prefix: str) -> None:
+    with contextlib.suppress(Exception):
+        import redis
+
+        r = redis.Redis.from_url(redis_url)
+        for k in r.scan_iter(prefix + "*"):
+            r.delete(k)
+        r.close()
+
+
+def print_slowloris(r: dict) -> None:
+    c = r["conditions"]
+    print("\nGateway under slow clients (--slowloris)")
+    for k in ("gateway", "engine", "legit_client", "slow_client"):
+        print(f"  {k}: {c[k]}")
+    after = r["gateway_nofile_after_start"]
+    print(
+        f"  gateway open-file limit: soft {r['gateway_nofile_soft_at_start']} at start, "
+        f"{after['soft']} (hard {after['hard']}) once running; peak open files {r['gateway_open_files_peak']}"
+    )
+    print(
+        f"  slow connections held: min {r['slow_connections_held_min']}, mean {r['slow_connections_held_mean']:.0f} "
+        f"(opened {r['slow_opened']}, closed by the gateway {r['slow_closed_by_gateway']}, "
+        f"answered 408 {r['slow_answered_408']}, failed to open {r['slow_open_failed']})"
+    )
+    la, lb = c["load_average_at_start"], c["load_average_at_end"]
+    print(f"  cores {c['cores']}, load average (1 min) {la[0]:.2f} at start, {lb[0]:.2f} at end")
+    print(
+        f"\nlegit_success_rate   {r['legit_success_rate']:.4f}   target 1.0 "
+        f"({r['legit_requests']} ok, {r['legit_errors']} failed)"
+    )
+    print(
+        f"legit_p99_ms         {r['legit_p99_ms']:.1f}   (p50 {r['legit_p50_ms']:.1f}, TTFT p99 {r['legit_ttft_p99_ms']:.1f})"
+    )
+    print(
+        f"without slow connections (same run, {c['legit_client'].split(' for ')[0]}): "
+        f"p99 {r['baseline_p99_ms']:.1f} ms, p50 {r['baseline_p50_ms']:.1f} ms, success {r['baseline_success_rate']:.4f}"
+    )
+    print(f"'Too many open files' in the gateway's log: {r['too_many_open_files_in_gateway_log']}")
+
+
 def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -424,9 +688,44 @@ def main(argv: list[str] | None = None) -> int:
         "--cpu-requests-s", type=float, default=6.0, help="seconds of no-delay load for the CPU figure"
     )
     p.add_argument("--quick", action="store_true")
+    p.add_argument(
+        "--cpu-only", action="store_true", help="only the CPU-per-request figure (no overhead, no ladder)"
+    )
+    p.add_argument(
+        "--smoke", action="store_true", help="seconds, tiny sizes: checks that it runs (a test runs it)"
+    )
+    p.add_argument(
+        "--slowloris", action="store_true", help="real requests while slow-header connections are held"
+    )
+    p.add_argument("--slow", type=int, default=3000, help="--slowloris: slow connections held")
+    p.add_argument("--trickle-s", type=float, default=5.0, help="--slowloris: seconds between header lines")
+    p.add_argument(
+        "--gateway-nofile",
+        type=int,
+        default=1024,
+        help="--slowloris: the gateway's soft open-file limit at start",
+    )
+    p.add_argument("--legit-concurrency", type=int, default=16, help="--slowloris: real streams in flight")
+    p.add_argument("--slow-ttft-ms", type=float, default=5.0)
+    p.add_argument("--slow-tpot-ms", type=float, default=2.0)
     a = p.parse_args(argv)
+    if a.slowloris:
+        if a.smoke:
+            a.slow, a.duration, a.warm, a.legit_concurrency, a.trickle_s = 50, 2.0, 0.5, 2, 1.0
+        elif "--duration" not in (argv if argv is not None else sys.argv):
+            a.duration = 20.0  # longer than the gateway's head deadline: the held connections turn over
+        r = run_slowloris(a)
+        r["config"] = {k: v for k, v in vars(a).items() if k not in ("ladder",)}
+        print_slowloris(r)
+        if a.json_path:
+            Path(a.json_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.json_path).write_text(json.dumps(r, indent=2, default=float))
+        return 0
     if a.quick:
         a.ladder, a.duration, a.warm, a.cpu_requests_s, a.rounds = "256,512", 4.0, 1.0, 3.0, 1
+    if a.smoke:
+        a.ladder, a.duration, a.warm, a.cpu_requests_s, a.rounds = "8", 1.5, 0.0, 1.0, 1
+        a.engines, a.client_procs = 1, 1
 
     load_at_start = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
@@ -443,14 +742,14 @@ def main(argv: list[str] | None = None) -> int:
         procs.append(nodelay)
         gw, gw_port = start_gateway(a.redis_url, prefix, work, a.gateway_workers)
         procs.append(gw)
-        publish_snapshot(a.redis_url, prefix, engines, limits=not a.no_limits)
-        wait_snapshot(gw_port)
+        version = publish_snapshot(a.redis_url, prefix, engines, limits=not a.no_limits)
+        wait_snapshot(gw_port, version)
         if a.gateway_workers > 1:
             time.sleep(3)  # every worker has booted and loaded the snapshot (the poll runs each second)
 
         rows = {}
         engine_pids = [p.pid for p in procs[: a.engines]]
-        for c in (1, 64):
+        for c in () if a.cpu_only else (1, 64):
             cpu = {"gw": 0.0, "engine": 0.0}
 
             def on_via(before=None, cpu=cpu):
@@ -470,7 +769,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  c={c}: done", file=sys.stderr)
         ladder = []
         max_streams = 0
-        for c in [int(x) for x in a.ladder.split(",") if x]:
+        for c in [] if a.cpu_only else [int(x) for x in a.ladder.split(",") if x]:
             direct, via = run_pair(engines, gw_port, c, a)
             row = compare(direct, via) | {"concurrency": c, "load_average_1m": os.getloadavg()[0]}
             # A stage whose direct baseline missed the engine's own 20 ms TTFT by more than 20 ms
@@ -491,50 +790,57 @@ def main(argv: list[str] | None = None) -> int:
                 break  # two real failures in a row: stop climbing
 
         # CPU per request: no-delay engine, moderate concurrency, gateway CPU from /proc.
-        publish_snapshot(a.redis_url, prefix, [nd_port], limits=not a.no_limits)
-        time.sleep(0.5)
+        version = publish_snapshot(a.redis_url, prefix, [nd_port], limits=not a.no_limits)
+        wait_snapshot(gw_port, version)
         run_load([gw_port], 16, 0.5, 1.0, 2)  # warm the path
         cpu0 = cpu_seconds(gw.pid)
         load = run_load([gw_port], 16, 0.0, a.cpu_requests_s, 2)
         cpu1 = cpu_seconds(gw.pid)
         cpu_ms = (cpu1 - cpu0) * 1000 / max(1, load["requests"] + load["errors"])
 
-        c64 = rows[64]
         results.update(
             {
-                "added_ttft_p50_ms": c64["added_ttft_p50_ms"],
-                "added_ttft_p99_ms": c64["added_ttft_p99_ms"],
-                "added_e2e_p50_ms": c64["added_e2e_p50_ms"],
-                "added_e2e_p99_ms": c64["added_e2e_p99_ms"],
-                "c1": rows[1],
-                "c64": c64,
-                "ladder": ladder,
-                "max_streams": max_streams,
                 "cpu_ms_per_request": cpu_ms,
                 "cpu_requests": load["requests"],
                 "cpu_errors": load["errors"],
-                "paced_gateway_cpu_ms_per_request": c64["paced_gateway_cpu_ms_per_request"],
-                "paced_engine_cpu_ms_per_request": c64["paced_engine_cpu_ms_per_request"],
-                "paced_client_cpu_ms_per_request": c64["paced_client_cpu_ms_per_request"],
                 "load_average_at_start": load_at_start,
                 "load_average_at_end": os.getloadavg(),
             }
         )
+        if not a.cpu_only:
+            c64 = rows[64]
+            results.update(
+                {
+                    "added_ttft_p50_ms": c64["added_ttft_p50_ms"],
+                    "added_ttft_p99_ms": c64["added_ttft_p99_ms"],
+                    "added_e2e_p50_ms": c64["added_e2e_p50_ms"],
+                    "added_e2e_p99_ms": c64["added_e2e_p99_ms"],
+                    "c1": rows[1],
+                    "c64": c64,
+                    "ladder": ladder,
+                    "max_streams": max_streams,
+                    "paced_gateway_cpu_ms_per_request": c64["paced_gateway_cpu_ms_per_request"],
+                    "paced_engine_cpu_ms_per_request": c64["paced_engine_cpu_ms_per_request"],
+                    "paced_client_cpu_ms_per_request": c64["paced_client_cpu_ms_per_request"],
+                }
+            )
     finally:
         for proc in procs:
             proc.terminate()
         for proc in procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
-        with contextlib.suppress(Exception):
-            import redis
-
-            r = redis.Redis.from_url(a.redis_url)
-            for k in r.scan_iter(prefix + "*"):
-                r.delete(k)
+        _forget_prefix(a.redis_url, prefix)
         shutil.rmtree(work, ignore_errors=True)
 
-    print_table(results)
+    if a.cpu_only:
+        la, lb = results["load_average_at_start"], results["load_average_at_end"]
+        print(
+            f"cpu_ms_per_request {results['cpu_ms_per_request']:.3f} ({results['cpu_requests']} no-delay streams, "
+            f"{results['cpu_errors']} errors; load average {la[0]:.2f} -> {lb[0]:.2f})"
+        )
+    else:
+        print_table(results)
     if a.json_path:
         Path(a.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json_path).write_text(json.dumps(results, indent=2, default=float))

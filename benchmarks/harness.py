@@ -28,7 +28,6 @@ import contextlib
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -38,19 +37,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
 from engines.workload import Workload, constant, fixed  # noqa: E402
 from loadtest import Sla, StageConfig, Target, run_stage  # noqa: E402
+from procs import free_port as _free_port  # noqa: E402
 
 TPOT_MS = 50.0
 TTFT_MS = 100.0
 OUTPUT_TOKENS = 128
 SCHED_LIMIT_MS = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -425,7 +420,10 @@ def main(argv: list[str] | None = None) -> int:
         help="only the workload-fidelity section (lengths, offered rate)",
     )
     p.add_argument("--json", dest="json_path")
-    a = p.parse_args(argv)
+    add_smoke_flag(
+        p, streams="16", duration=2.0, no_vllm=True, no_client_compare=True, no_engines_server=True
+    )
+    a = apply_smoke(p.parse_args(argv))
 
     load_at_start = os.getloadavg()
     print(
@@ -535,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         "workload_fidelity": fidelity,
         "loadavg_at_end": os.getloadavg(),
     }
+    out["smoke"] = a.smoke
     if a.json_path:
         Path(a.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json_path).write_text(json.dumps(out, indent=1))

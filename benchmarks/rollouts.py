@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,13 +42,10 @@ from urllib.parse import urlsplit, urlunsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
+from procs import free_port  # noqa: E402
+
 MODEL = "bench-rollout"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
@@ -156,6 +152,7 @@ def run(a: argparse.Namespace, work: Path) -> dict:
     from deployments.models import Deployment, ModelRoute
     from deployments.rollouts.services import rollout_create, rollouts_tick
     from deployments.services import model_route_save, route_target_set
+    from gateway.publish import section_key
     from gateway.snapshot import VERSION_KEY
 
     call_command("migrate", verbosity=0)
@@ -177,7 +174,9 @@ def run(a: argparse.Namespace, work: Path) -> dict:
             model=model, label="fp8", precision="fp8", lifecycle="approved",
             gate_override_at=timezone.now(), gate_override_reason="benchmark: the gates are not under test",
         )  # fmt: skip
-        common = {"gpu_type": gpu, "served_model_name": MODEL, "status": "RUNNING", "max_model_len": 8192}
+        # RUNNING as Ray would report it now: the gateway routes only to targets heard from since start.
+        common = {"gpu_type": gpu, "served_model_name": MODEL, "status": "RUNNING", "max_model_len": 8192,
+                  "observed_at": timezone.now()}  # fmt: skip
         stable = Deployment.objects.create(name="stable", slug="stable", model_version=v_stable, **common)
         canary = Deployment.objects.create(
             name="canary",
@@ -283,11 +282,13 @@ def run(a: argparse.Namespace, work: Path) -> dict:
                     raise RuntimeError(f"the rollout ended {rollout.outcome}, not aborted: {rollout.message}")
                 # The abort's publish follows its commit; the version after it carries weight 0.
                 while abort_version is None:
-                    raw = r.get(prefix + "snapshot")
+                    raw = r.get(prefix + section_key("routes"))
                     snap = orjson.loads(raw) if raw else {}
                     targets = snap.get("routes", {}).get(MODEL, {}).get("targets", [])
                     if any(t["deployment_slug"] == "canary" and t["weight"] == 0 for t in targets):
                         abort_version = int(r.get(prefix + VERSION_KEY))
+                    elif time.monotonic() > deadline:
+                        raise RuntimeError("the abort was never published to the gateway's snapshot")
                     else:
                         time.sleep(0.005)
             if abort_version is not None:
@@ -371,12 +372,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tpot-ms", type=float, default=5)
     p.add_argument("--clients", type=int, default=4, help="closed-loop clients")
     p.add_argument("--after", type=float, default=5.0, help="seconds of load kept on after the abort")
-    a = p.parse_args(argv)
+    add_smoke_flag(p, window=6, clients=2, after=1.0)
+    a = apply_smoke(p.parse_args(argv))
     if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
         print("DATABASE_URL and REDIS_URL must point at PostgreSQL and Redis", file=sys.stderr)
         return 2
     base_db = os.environ["DATABASE_URL"]
     os.environ["GATEWAY_KEY_PREFIX"] = f"bench-rollouts-{os.getpid()}:"
+    os.environ.setdefault("SECRET_KEY", "benchmark-only-secret-key-0123456789")
     print(
         f"conditions: window {a.window} s, controller tick {a.tick} s, canary +{a.extra_ttft_ms:g} ms TTFT, "
         f"engines {a.ttft_ms:g} ms TTFT / {a.tpot_ms:g} ms TPOT, {a.clients} closed-loop clients, "
@@ -386,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-rollouts-") as tmp, scratch_database(base_db) as url:
         os.environ["DATABASE_URL"] = url
         result = run(a, Path(tmp))
+    result["smoke"] = a.smoke
     text = json.dumps(result, indent=2)
     print(text)
     if a.json_path:

@@ -41,8 +41,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+CALIBRATION_DIR = ROOT / "benchmarks" / "calibration"
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
 from engines.calibrate import CPU_FIT, DEFAULT_FIT, calibrate  # noqa: E402
 from engines.memory import estimate_memory  # noqa: E402
 from engines.perf import PerfModel  # noqa: E402
@@ -108,9 +110,10 @@ def _level(point: dict) -> float:
 
 def level_key(point: dict) -> str:
     """``c<N>`` for a closed loop of N clients, ``r<R>`` for Poisson arrivals at R req/s."""
+    shape = f"@{point['shape']}" if point.get("shape") else ""
     if point.get("concurrency"):
-        return f"c{int(point['concurrency'])}"
-    return f"r{float(point['rate']):g}"
+        return f"c{int(point['concurrency'])}{shape}"
+    return f"r{float(point['rate']):g}{shape}"
 
 
 def parse_fit_levels(text: str) -> list[str]:
@@ -122,7 +125,9 @@ def parse_fit_levels(text: str) -> list[str]:
 
 
 def default_fit_levels(points: list[dict]) -> list[str]:
-    """The closed-loop extremes and the lowest Poisson rate: more than two levels, both arrival kinds."""
+    """The closed-loop extremes and the lowest Poisson rate: more than two levels, both arrival kinds.
+    Points of other length shapes (``shape``) are never fitted on: they test the fit on unseen shapes."""
+    points = [p for p in points if not p.get("shape")]
     closed = sorted({int(p["concurrency"]) for p in points if p.get("concurrency")})
     rates = sorted({float(p["rate"]) for p in points if not p.get("concurrency")})
     keys = [f"c{c}" for c in ([closed[0], closed[-1]] if len(closed) >= 3 else closed)]
@@ -226,13 +231,19 @@ def calibration_figures(
     result = calibrate(fit, model, gpu, engine, tensor_parallel=tp, fit=names)
     rows = result.predict(held)
 
-    def worst(metric: str) -> float | None:
+    def worst(metric: str, rows: list[dict] = rows) -> float | None:
         vals = [abs(r[f"{metric}_err_pct"]) for r in rows if r.get(f"{metric}_err_pct") is not None]
         return max(vals) if vals else None
 
+    shape_rows = [r for r in rows if r["point"].get("shape")] if mode == "held-out" else []
     return {
         "calib_ttft_err_pct": worst("ttft"),
         "calib_tpot_err_pct": worst("tpot"),
+        # The same worst error over the held-out points of length shapes the fit never saw (None
+        # when the points file measured no other shape: vllm_cpu_points --shapes).
+        "calib_shape_ttft_err_pct": worst("ttft", shape_rows) if shape_rows else None,
+        "calib_shape_tpot_err_pct": worst("tpot", shape_rows) if shape_rows else None,
+        "calib_shapes": sorted({r["point"]["shape"] for r in shape_rows}),
         "calib_throughput_err_pct": worst("throughput"),
         "calib_median_err_pct": result.median_abs_error_pct(rows),
         "calib_interval_pct": interval_pct(rows),
@@ -245,7 +256,21 @@ def calibration_figures(
         "calib_held_out": [_row(r) for r in rows],
         "calib_loadavg": [p.get("loadavg_1m_mean") for p in points],
         "calib_measured_at": (data.get("meta") or {}).get("measured_at"),
+        # What the calibration may speak for (evaluations.calibrations): the device the points were
+        # measured on (None in files written before it was recorded) and the range they cover.
+        "calib_device": (data.get("meta") or {}).get("device"),
+        "calib_range": calibrated_range(points),
     }
+
+
+def calibrated_range(points: list[dict]) -> dict:
+    """``{input_len|output_len|concurrency|rate: [low, high]}`` over the points (None where absent)."""
+
+    def span(key: str) -> list[float] | None:
+        values = [p[key] for p in points if p.get(key)]
+        return [min(values), max(values)] if values else None
+
+    return {key: span(key) for key in ("input_len", "output_len", "concurrency", "rate")}
 
 
 def _row(r: dict) -> dict:
@@ -341,9 +366,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--skip-hour", action="store_true", help="only the calibration figures")
     p.add_argument("--json", dest="json_path")
-    a = p.parse_args(argv)
+    add_smoke_flag(
+        p,
+        duration=20.0,
+        calibration_points=[str(p_) for p_ in sorted(CALIBRATION_DIR.glob("*-run1-peak.json"))],
+    )
+    a = apply_smoke(p.parse_args(argv))
 
-    out: dict = {}
+    out: dict = {"smoke": a.smoke}
     if not a.skip_hour:
         print(
             f"Simulating {a.duration:g} s of Poisson arrivals at {a.rate:g} req/s (Llama-3.1-8B bf16, 1x H100)..."

@@ -39,6 +39,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
+from engines.device import cpu_device as host_device  # noqa: E402
 from engines.tiny_model import DEFAULT_PATH, MARKER, ensure_tiny_model  # noqa: E402
 from engines.vllm_cpu import default_threads, vllm_server_start  # noqa: E402
 
@@ -387,9 +389,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile", action="store_true", help="let vLLM compile with Inductor (slower start)")
     p.add_argument("--evaluate", default=None, help="after measuring, fit on these levels (e.g. 1,8)")
     p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args(argv)
+    p.add_argument(
+        "--shapes",
+        default="",
+        help="other length shapes INxOUT measured too (e.g. 512x32,64x256), each a closed loop of "
+        "--shape-concurrency clients; benchmarks.simulator holds them out of the fit (unseen shapes)",
+    )
+    p.add_argument("--shape-concurrency", type=int, default=4)
+    add_smoke_flag(p, levels="1,2", requests=4, rounds=1, input_len=16, output_len=8, shapes="32x4")
+    a = apply_smoke(p.parse_args(argv))
     levels = [int(x) for x in a.levels.split(",") if x.strip()]
     rates = [float(x) for x in a.poisson_rates.split(",") if x.strip()]
+    try:
+        shapes = [tuple(int(n) for n in x.lower().split("x")) for x in a.shapes.split(",") if x.strip()]
+    except ValueError:
+        p.error("--shapes takes INxOUT pairs, e.g. 512x32,64x256")
+    if any(len(shape) != 2 or min(shape) < 1 for shape in shapes):
+        p.error("--shapes takes INxOUT pairs of positive token counts, e.g. 512x32,64x256")
 
     model_path = ensure_tiny_model(a.model)
     threads = a.threads or default_threads()
@@ -432,8 +448,22 @@ def main(argv: list[str] | None = None) -> int:
         # over all levels instead of skewing one of them.
         per_level: dict[int, list[dict]] = {level: [] for level in levels}
         per_rate: dict[float, list[dict]] = {}
+        per_shape: dict[tuple[int, int], list[dict]] = {shape: [] for shape in shapes}
         per_round = max(1, a.requests // a.rounds)
         for r in range(a.rounds):
+            for i, (shape_in, shape_out) in enumerate(shapes):
+                per_shape[(shape_in, shape_out)].append(
+                    asyncio.run(
+                        run_round(
+                            base_url,
+                            concurrency=a.shape_concurrency,
+                            num_requests=max(per_round, a.shape_concurrency),
+                            input_len=shape_in,
+                            output_len=shape_out,
+                            seed=a.seed + 1000 * r + 500 + i,
+                        )
+                    )
+                )
             for i, level in enumerate(levels):
                 per_level[level].append(
                     asyncio.run(
@@ -470,6 +500,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             for level in levels
         ]
+        for (shape_in, shape_out), rounds in per_shape.items():
+            # Another length shape: the simulator fits on the main shape and predicts these unseen.
+            points.append(
+                {"clients_start": "together", "shape": f"{shape_in}x{shape_out}"}
+                | summarize_level(
+                    rounds, concurrency=a.shape_concurrency, input_len=shape_in, output_len=shape_out
+                )
+            )
         for rate in rates:
             point = summarize_level(
                 per_rate[rate], concurrency=0, input_len=a.input_len, output_len=a.output_len
@@ -514,6 +552,11 @@ def main(argv: list[str] | None = None) -> int:
             "total_wall_s": time.perf_counter() - started,
             # A host busier than its cores measured the neighbours too; say so next to the numbers.
             "contended": any(pt["loadavg_1m_max"] > cores for pt in points),
+            # The device the points speak for; a server elsewhere (--base-url) is not this host.
+            "device": None
+            if a.base_url
+            else host_device(peak_tflops=device["bf16_tflops"] if isinstance(device, dict) else None),
+            "smoke": a.smoke,
         },
     }
     if a.evaluate:

@@ -5,8 +5,12 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django import forms
+from django.utils import timezone
 
 from billing.models import Budget, Tenant, UsageEvent
+from billing.selectors.prices import public_model_exists
+from billing.services.budgets import PERCENT_MAX
+from billing.services.prices import PRICE_MAX_PER_MILLION
 
 
 class _Bootstrap:
@@ -45,28 +49,52 @@ class ApiKeyCreateForm(_Bootstrap, forms.Form):
     def __init__(self, *args, tenants, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["tenant"].queryset = tenants
+        # The picker offers no past minute; the server still checks (clocks and old pages differ).
+        self.fields["expires_at"].widget.attrs["min"] = timezone.now().strftime("%Y-%m-%dT%H:%M")
         self._style()
+
+    def clean_expires_at(self):
+        value = self.cleaned_data.get("expires_at")
+        if value is not None and value <= timezone.now():
+            raise forms.ValidationError("The expiry must be in the future (UTC).")
+        return value
 
     def clean_allowed_models(self) -> list[str]:
         return _split_names(self.cleaned_data.get("allowed_models", ""))
 
 
 class PriceForm(_Bootstrap, forms.Form):
-    """A new price version for a public model."""
+    """A new price version for a public model (one a route answers to; from now on, never backdated)."""
 
-    public_model = forms.CharField(max_length=200)
+    public_model = forms.CharField(max_length=200, help_text="A route's public model name.")
     input_per_million = forms.DecimalField(
-        min_value=Decimal("0"), max_digits=12, decimal_places=3, label="Input $ / M tokens"
+        min_value=Decimal("0"),
+        max_value=PRICE_MAX_PER_MILLION,
+        max_digits=12,
+        decimal_places=3,
+        label="Input $ / M tokens",
     )
     output_per_million = forms.DecimalField(
-        min_value=Decimal("0"), max_digits=12, decimal_places=3, label="Output $ / M tokens"
+        min_value=Decimal("0"),
+        max_value=PRICE_MAX_PER_MILLION,
+        max_digits=12,
+        decimal_places=3,
+        label="Output $ / M tokens",
     )
-    effective_from = forms.DateTimeField(required=False, help_text="Empty = now.")
+    effective_from = forms.DateTimeField(
+        required=False, help_text="UTC; empty = now. Not in the past: use Re-price for that."
+    )
     note = forms.CharField(max_length=200, required=False)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._style()
+
+    def clean_public_model(self) -> str:
+        name = self.cleaned_data["public_model"].strip()
+        if not public_model_exists(public_model=name):
+            raise forms.ValidationError(f"No route answers to {name!r}; create the route first.")
+        return name
 
 
 class BudgetForm(_Bootstrap, forms.Form):
@@ -81,6 +109,7 @@ class BudgetForm(_Bootstrap, forms.Form):
     )
     hard_cap_percent = forms.IntegerField(
         min_value=1,
+        max_value=PERCENT_MAX,
         required=False,
         initial=100,
         help_text="Reject beyond this % of the amount; empty = no hard cap.",
@@ -100,8 +129,8 @@ class BudgetForm(_Bootstrap, forms.Form):
             values = sorted({int(v) for v in _split_names(raw)})
         except ValueError as exc:
             raise forms.ValidationError("Use whole percentages, e.g. 50,80,100.") from exc
-        if any(v <= 0 or v > 1000 for v in values):
-            raise forms.ValidationError("Percentages go from 1 to 1000.")
+        if any(v <= 0 or v > PERCENT_MAX for v in values):
+            raise forms.ValidationError(f"Percentages go from 1 to {PERCENT_MAX}.")
         return values
 
 

@@ -11,6 +11,7 @@ class GpuTypeAdmin(ReadOnlyAdmin):
     list_display = (
         "name",
         "memory_gib",
+        "memory_mib",
         "hbm_bandwidth_gbps",
         "bf16_tflops",
         "fp8_tflops",

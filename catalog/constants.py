@@ -8,7 +8,9 @@ class Precision(models.TextChoices):
     FP16 = "fp16", "FP16"
     FP8 = "fp8", "FP8"
     W8A8 = "w8a8", "W8A8 (INT8)"
-    W4A16 = "w4a16", "W4A16 (INT4 weights)"
+    AWQ = "awq", "AWQ (INT4, group 128, zero points)"
+    GPTQ = "gptq", "GPTQ (INT4, group 128, zero points, g_idx)"
+    W4A16 = "w4a16", "W4A16 (INT4 round-to-nearest, symmetric)"
 
 
 class KvCacheDtype(models.TextChoices):

@@ -7,6 +7,7 @@ from django import forms
 from catalog.constants import Framework, KvCacheDtype, Lifecycle, Precision
 from catalog.models import GpuType, Model, ModelVersion
 from governor.forms import BootstrapMixin
+from governor.text import REASON_MAX_CHARS
 
 
 class GpuTypeForm(BootstrapMixin, forms.ModelForm):
@@ -15,6 +16,9 @@ class GpuTypeForm(BootstrapMixin, forms.ModelForm):
         fields = [
             "name",
             "memory_gib",
+            "memory_mib",
+            "cuda_total_mib",
+            "memory_source",
             "hbm_bandwidth_gbps",
             "bf16_tflops",
             "fp8_tflops",
@@ -43,6 +47,10 @@ class ModelForm(BootstrapMixin, forms.ModelForm):
             "head_dim",
             "vocab_size",
             "max_context",
+            "max_tokens_per_image",
+            "intermediate_size",
+            "tie_word_embeddings",
+            "attention_bias",
             "licence",
         ]
 
@@ -72,7 +80,9 @@ class ModelVersionForm(BootstrapMixin, forms.ModelForm):
 
 class LifecycleForm(BootstrapMixin, forms.Form):
     to = forms.ChoiceField(choices=Lifecycle.choices, label="Move to")
-    reason = forms.CharField(required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}))
+    reason = forms.CharField(
+        required=False, max_length=REASON_MAX_CHARS, widget=forms.Textarea(attrs={"rows": 2})
+    )
     override = forms.BooleanField(required=False, label="Override the eval gates")
 
 
@@ -134,14 +144,37 @@ class GpuCostVersionForm(BootstrapMixin, forms.Form):
 class KvCalculatorForm(BootstrapMixin, forms.Form):
     """What-if inputs of the KV/memory calculator."""
 
-    version = forms.ModelChoiceField(queryset=ModelVersion.objects.none(), label="Model version")
-    gpu_type = forms.ModelChoiceField(queryset=GpuType.objects.none(), label="GPU type")
+    version = forms.ModelChoiceField(
+        queryset=ModelVersion.objects.none(),
+        label="Model version",
+        error_messages={
+            "invalid_choice": "Unknown model version %(value)s: the estimate knows only the catalog's."
+        },
+    )
+    gpu_type = forms.ModelChoiceField(
+        queryset=GpuType.objects.none(),
+        label="GPU type",
+        error_messages={
+            "invalid_choice": "Unknown GPU type %(value)s: the estimate knows only the catalog's."
+        },
+    )
     tensor_parallel = forms.TypedChoiceField(choices=[(n, n) for n in (1, 2, 4, 8)], coerce=int, initial=1)
     context_len = forms.IntegerField(
         min_value=1, max_value=10_000_000, initial=8192, label="Context length (tokens)"
     )
     concurrency = forms.IntegerField(min_value=1, max_value=100_000, initial=32, label="Concurrent sequences")
-    kv_cache_dtype = forms.ChoiceField(choices=KvCacheDtype.choices, initial="auto", label="KV dtype")
+    kv_cache_dtype = forms.ChoiceField(
+        choices=KvCacheDtype.choices,
+        initial="auto",
+        label="KV dtype",
+        error_messages={"invalid_choice": "Unknown KV-cache dtype %(value)s: the estimate knows none such."},
+    )
+    max_num_batched_tokens = forms.IntegerField(
+        required=False, min_value=1, max_value=1_000_000, initial=8192, label="max_num_batched_tokens"
+    )
+    gpu_memory_utilization = forms.FloatField(
+        required=False, min_value=0.05, max_value=1.0, initial=0.9, label="gpu_memory_utilization"
+    )
 
     def __init__(self, *args, versions, gpus, **kwargs):
         super().__init__(*args, **kwargs)

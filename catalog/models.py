@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
 
@@ -27,6 +27,21 @@ class GpuType(models.Model):
 
     name = models.CharField(max_length=64, unique=True)
     memory_gib = models.DecimalField("memory (GiB)", max_digits=7, decimal_places=1, validators=POSITIVE)
+    # What the driver reports (nvidia-smi's "MiB" total), which the estimate prefers to the datasheet
+    # figure above (ADR 0021); CUDA's own total (vLLM's ``total_gpu_memory``) when a log shows it.
+    memory_mib = models.PositiveIntegerField(
+        "memory (MiB, nvidia-smi total)", null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+    cuda_total_mib = models.PositiveIntegerField(
+        "CUDA-visible total (MiB)",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="torch.cuda.mem_get_info()[1] / vLLM's total_gpu_memory; a few hundred MiB below nvidia-smi.",
+    )
+    memory_source = models.CharField(
+        max_length=300, blank=True, help_text="Where the MiB figures come from (driver, command, link)."
+    )
     hbm_bandwidth_gbps = models.DecimalField(
         "HBM bandwidth (GB/s)", max_digits=8, decimal_places=1, validators=POSITIVE
     )
@@ -79,10 +94,27 @@ class GpuType(models.Model):
     def get_absolute_url(self) -> str:
         return reverse("catalog:gpu_detail", args=[self.pk])
 
+    @property
+    def effective_memory_gib(self) -> float:
+        """The driver's figure when recorded, else the datasheet one."""
+        return self.memory_mib / 1024 if self.memory_mib else float(self.memory_gib)
+
+    @property
+    def effective_memory_source(self) -> str:
+        if self.memory_mib:
+            return self.memory_source or "nvidia-smi total (source not recorded)"
+        return "datasheet figure (no driver-reported MiB recorded)"
+
+    def clean(self) -> None:
+        if self.memory_mib and self.cuda_total_mib and self.cuda_total_mib > self.memory_mib:
+            raise ValidationError({"cuda_total_mib": "CUDA cannot see more memory than the driver reports."})
+
     def to_spec(self) -> GpuSpec:
         return GpuSpec(
             name=self.name,
-            memory_gib=float(self.memory_gib),
+            memory_gib=self.effective_memory_gib,
+            memory_source=self.effective_memory_source,
+            cuda_total_gib=self.cuda_total_mib / 1024 if self.cuda_total_mib else None,
             hbm_bandwidth_gbps=float(self.hbm_bandwidth_gbps),
             bf16_tflops=float(self.bf16_tflops),
             fp8_tflops=float(self.fp8_tflops) if self.fp8_tflops is not None else None,
@@ -103,6 +135,22 @@ class Model(models.Model):
     head_dim = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     vocab_size = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     max_context = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    # The gateway holds budget for this many prompt tokens per image before it knows which encoder
+    # resolution the engine picks; unknown (blank) holds gateway.validation.DEFAULT_TOKENS_PER_IMAGE.
+    max_tokens_per_image = models.PositiveIntegerField(
+        "max tokens per image",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(1_000_000)],
+        help_text="The most prompt tokens one image can count (the vision encoder's maximum); "
+        "blank when unknown: the gateway then holds 16,384 per image.",
+    )
+    # config.json facts the memory estimate needs to split weights by part and size the activation peak.
+    intermediate_size = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="config.json intermediate_size"
+    )
+    tie_word_embeddings = models.BooleanField(default=False, help_text="config.json tie_word_embeddings")
+    attention_bias = models.BooleanField(default=False, help_text="q/k/v projections have biases (Qwen2)")
     licence = models.CharField(max_length=128, blank=True)
 
     class Meta:
@@ -138,6 +186,9 @@ class Model(models.Model):
             max_context=self.max_context,
             precision=precision,
             kv_cache_dtype=kv_cache_dtype,
+            intermediate_size=self.intermediate_size,
+            tie_word_embeddings=self.tie_word_embeddings,
+            attention_bias=self.attention_bias,
         )
 
 

@@ -19,7 +19,9 @@ from catalog.constants import (
 )
 from catalog.models import GpuCostVersion, GpuType, Model, ModelVersion
 from engines.memory import MemoryEstimate, estimate_memory
+from engines.specs import UnknownKvCacheDtypeError, UnknownPrecisionError
 from governor.access import is_platform_admin
+from governor.text import REASON_MAX_CHARS
 
 HOURS_PER_YEAR = Decimal("8766")  # 365.25 days
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12
@@ -52,6 +54,45 @@ def gpu_hourly_cost(gpu_type: GpuType) -> Decimal:
     return g.rental_usd_per_hour
 
 
+def memory_estimate(
+    *,
+    model: Model,
+    gpu_type: GpuType,
+    precision: str,
+    kv_cache_dtype: str = "auto",
+    tensor_parallel: int = 1,
+    gpu_memory_utilization: float = 0.9,
+    context_len: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    enforce_eager: bool = False,
+) -> MemoryEstimate:
+    """The one memory/KV estimate every page and check uses (vLLM V1's accounting, ADR 0021).
+
+    A precision, KV dtype or GPU the estimator has no figures for is refused with a ``ValidationError``
+    that names it; nothing is guessed.
+    """
+    if gpu_type is None or not isinstance(gpu_type, GpuType):
+        raise ValidationError(
+            f"Unknown GPU type {gpu_type!r}: the estimate knows only the catalog's GPU types."
+        )
+    try:
+        return estimate_memory(
+            model=model.to_spec(precision=precision, kv_cache_dtype=kv_cache_dtype),
+            gpu=gpu_type.to_spec(),
+            tensor_parallel=tensor_parallel,
+            gpu_memory_utilization=gpu_memory_utilization,
+            context_len=context_len,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            enforce_eager=enforce_eager,
+        )
+    except (UnknownPrecisionError, UnknownKvCacheDtypeError) as exc:
+        raise ValidationError(str(exc)) from exc
+    except ValueError as exc:
+        raise ValidationError(f"Cannot estimate memory: {exc}.") from exc
+
+
 def model_version_memory_estimates(
     *,
     version: ModelVersion,
@@ -59,22 +100,27 @@ def model_version_memory_estimates(
     tensor_parallel_sizes: tuple[int, ...] = (1, 2, 4, 8),
     gpu_memory_utilization: float = 0.9,
     context_len: int | None = None,
+    precision: str | None = None,
+    kv_cache_dtype: str | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> list[dict]:
     """For each GPU type, the smallest TP size that fits and its estimate, plus every TP tried.
 
     Returns one row per GPU type: ``{"gpu", "best": MemoryEstimate | None, "shown", "by_tp": [...]}`` where
     ``shown`` is the best fit or, when nothing fits, the largest TP tried (to say by how much it misses).
     """
-    spec = version.to_spec()
     rows = []
     for gpu in gpu_types:
         by_tp: list[MemoryEstimate] = [
-            estimate_memory(
-                model=spec,
-                gpu=gpu.to_spec(),
+            memory_estimate(
+                model=version.model,
+                gpu_type=gpu,
+                precision=precision or version.precision,
+                kv_cache_dtype=kv_cache_dtype or version.kv_cache_dtype,
                 tensor_parallel=tp,
                 gpu_memory_utilization=gpu_memory_utilization,
                 context_len=context_len,
+                max_num_batched_tokens=max_num_batched_tokens,
             )
             for tp in tensor_parallel_sizes
         ]
@@ -159,6 +205,8 @@ def model_version_transition(
     The row is locked for the check and the update, so two concurrent moves cannot both succeed.
     """
     reason = (reason or "").strip()
+    if len(reason) > REASON_MAX_CHARS:
+        raise ValidationError({"reason": f"At most {REASON_MAX_CHARS} characters."})
     if to not in Lifecycle.values:
         raise ValidationError({"lifecycle": f"Unknown lifecycle state {to!r}."})
     locked = ModelVersion.objects.select_for_update(of=("self",)).select_related("model").get(pk=version.pk)
@@ -425,30 +473,36 @@ def kv_memory_whatif(
     concurrency: int,
     kv_cache_dtype: str,
     gpu_memory_utilization: float = 0.9,
+    max_num_batched_tokens: int | None = None,
 ) -> dict:
     """Does ``concurrency`` sequences of ``context_len`` tokens fit on ``tensor_parallel`` GPUs?
 
-    KV bytes/token = 2 × layers × kv_heads × head_dim × bytes per element; the batch needs
-    concurrency × context × that, against the pool left after weights and the activation reserve.
+    KV bytes/token = 2 × layers × kv_heads × head_dim × bytes per element; the batch needs whole blocks
+    of 16 tokens for each sequence, against the pool vLLM leaves after weights and its profile.
     """
     if tensor_parallel < 1 or context_len < 1 or concurrency < 1:
         raise ValidationError("Tensor parallel, context length and concurrency must be at least 1.")
-    spec = version.model.to_spec(precision=version.precision, kv_cache_dtype=kv_cache_dtype)
-    est = estimate_memory(
-        model=spec,
-        gpu=gpu_type.to_spec(),
+    est = memory_estimate(
+        model=version.model,
+        gpu_type=gpu_type,
+        precision=version.precision,
+        kv_cache_dtype=kv_cache_dtype,
         tensor_parallel=tensor_parallel,
         gpu_memory_utilization=gpu_memory_utilization,
         context_len=context_len,
+        max_num_batched_tokens=max_num_batched_tokens,
     )
-    needed = concurrency * context_len * est.kv_bytes_per_token
+    blocks_per_seq = -(-context_len // est.block_size)
+    needed_tokens = concurrency * blocks_per_seq * est.block_size
+    needed = needed_tokens * est.kv_bytes_per_token
     return {
         "estimate": est,
         "kv_needed_bytes": needed,
-        "fits": est.fits and needed <= est.kv_pool_bytes,
+        "kv_needed_tokens": needed_tokens,
+        "fits": est.fits and needed_tokens <= est.kv_capacity_tokens,
         "headroom_seqs": est.max_concurrent_seqs - concurrency,
-        "formula": "KV bytes/token = 2 × layers × kv_heads × head_dim × bytes/element; "
-        "batch KV = concurrency × context × KV bytes/token ≤ GPU memory × TP × utilization − weights − reserve",
+        "formula": "KV pool = total × gpu_memory_utilization − weights − non-torch − activation peak − CUDA graphs "
+        "(per GPU); tokens = whole blocks of 16 × KV bytes/token (2 × layers × kv_heads × head_dim × bytes/element)",
     }
 
 

@@ -247,9 +247,14 @@ class KvCalculatorView(PlatformUserRequiredMixin, View):
         result = None
         if form.is_bound and form.is_valid():
             d = form.cleaned_data
-            result = services.kv_memory_whatif(
-                version=d["version"], gpu_type=d["gpu_type"], tensor_parallel=d["tensor_parallel"],
-                context_len=d["context_len"], concurrency=d["concurrency"], kv_cache_dtype=d["kv_cache_dtype"],
-            )  # fmt: skip
+            try:
+                result = services.kv_memory_whatif(
+                    version=d["version"], gpu_type=d["gpu_type"], tensor_parallel=d["tensor_parallel"],
+                    context_len=d["context_len"], concurrency=d["concurrency"], kv_cache_dtype=d["kv_cache_dtype"],
+                    gpu_memory_utilization=d.get("gpu_memory_utilization") or 0.9,
+                    max_num_batched_tokens=d.get("max_num_batched_tokens"),
+                )  # fmt: skip
+            except ValidationError as exc:
+                form.add_error(None, exc)
         status = 400 if form.is_bound and not form.is_valid() else 200
         return render(request, "catalog/kv_calculator.html", {"form": form, "result": result}, status=status)

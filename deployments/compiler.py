@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 
-from deployments.constants import IMPORT_PATHS, RAY_ACCELERATOR_TYPES, EngineKind, ScalingMode
+from deployments.constants import IMPORT_PATHS, RAY_ACCELERATOR_TYPES, EngineKind, ScalingMode, Task
 from deployments.models import Deployment
 from engines.presets import spec_as_dict
 
@@ -98,6 +98,14 @@ def engine_args(deployment: Deployment) -> dict:
     return args
 
 
+def task_engine_kwargs(deployment: Deployment) -> dict:
+    """vLLM's runner for the deployment's task: the pooling runner with the embedding head for "embed"
+    (the engine then serves /v1/embeddings), vLLM's default (generate) otherwise."""
+    if deployment.task == Task.EMBED:
+        return {"runner": "pooling", "convert": "embed"}
+    return {}
+
+
 def vllm_engine_kwargs(deployment: Deployment) -> dict:
     """vLLM ``AsyncEngineArgs`` for Ray Serve LLM; unset options are left to vLLM's defaults."""
     kwargs: dict = {
@@ -112,6 +120,7 @@ def vllm_engine_kwargs(deployment: Deployment) -> dict:
         kwargs["max_model_len"] = deployment.max_model_len
     if deployment.quantization:
         kwargs["quantization"] = deployment.quantization
+    kwargs.update(task_engine_kwargs(deployment))
     kwargs.update(deployment.extra_engine_args or {})
     return kwargs
 
@@ -176,7 +185,7 @@ def _vllm_cpu_args(deployment: Deployment) -> dict:
     return {
         "model_name": deployment.effective_served_model_name,
         "model_source": model_source(deployment.model_version.weights_uri),
-        "engine": engine_args(deployment),
+        "engine": {**engine_args(deployment), **task_engine_kwargs(deployment)},
     }
 
 

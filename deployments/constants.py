@@ -11,6 +11,20 @@ class EngineKind(models.TextChoices):
     SIMULATED = "simulated", "Simulated vLLM"
 
 
+class Task(models.TextChoices):
+    """What a deployment's engine runs: text generation, or vLLM's pooling runner for embeddings."""
+
+    GENERATE = "generate", "Generate (chat, completions, responses)"
+    EMBED = "embed", "Embed (embeddings, vLLM's pooling runner)"
+
+
+# The OpenAI endpoints each task serves; the gateway routes a request only to targets that serve it.
+TASK_ENDPOINTS = {
+    Task.GENERATE: ("chat", "text", "responses"),
+    Task.EMBED: ("embeddings",),
+}
+
+
 class Pool(models.TextChoices):
     ONLINE = "online", "Online"
     BATCH = "batch", "Batch"

@@ -20,7 +20,7 @@ DEMO_DEPLOYMENTS = [
         "gpu": "H100 SXM",
         "route": "llama-3.1-8b",
         "description": "Llama 3.1 8B Instruct, general chat",
-        # The KV pool holds 56 sequences of 8k tokens on one H100, so 48 never preempts.
+        # The KV pool holds 54 sequences of 8k tokens on one H100 (catalog estimate), so 48 never preempts.
         "max_model_len": 8192,
         "max_num_seqs": 48,
     },
@@ -32,7 +32,7 @@ DEMO_DEPLOYMENTS = [
         "gpu": "L40S",
         "route": "mistral-7b",
         "description": "Mistral 7B Instruct v0.3, cheap and fast",
-        # 28 sequences of 8k fit the KV pool of one L40S.
+        # 25 sequences of 8k fit the KV pool of one L40S (catalog estimate).
         "max_model_len": 8192,
         "max_num_seqs": 24,
     },

@@ -6,7 +6,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from catalog.selectors import gpu_type_list, model_version_list
-from deployments.constants import ScalingMode, Status
+from deployments.constants import ScalingMode, Status, Task
 from deployments.models import Deployment, ModelRoute, RouteTarget
 from deployments.services import CREATE_FIELDS, Preflight, deployment_preflight
 from governor.forms import BootstrapMixin
@@ -27,6 +27,10 @@ class DeploymentForm(BootstrapMixin, forms.ModelForm):
         self.fields["gpu_type"].queryset = gpu_type_list()
         self.fields["served_model_name"].required = False
         self.fields["extra_engine_args"].required = False
+        self.fields["task"].required = False  # generate unless the deployment is for embeddings
+
+    def clean_task(self):
+        return self.cleaned_data.get("task") or Task.GENERATE
 
     def clean_extra_engine_args(self):
         value = self.cleaned_data.get("extra_engine_args")
@@ -78,6 +82,13 @@ class ModelRouteForm(BootstrapMixin, forms.ModelForm):
         model = ModelRoute
         fields = ["public_name", "description", "long_context_threshold_tokens", "allowed_tenants"]
         widgets = {"allowed_tenants": forms.CheckboxSelectMultiple(attrs={"class": "form-check-input"})}
+
+
+class RouteFreeForm(BootstrapMixin, forms.Form):
+    """Mark a route served at $0 on purpose, or take the mark off; either way, say why (ADR 0022)."""
+
+    free = forms.BooleanField(required=False, label="Serve at $0 on purpose")
+    reason = forms.CharField(max_length=500, label="Why")
 
 
 class RouteTargetForm(BootstrapMixin, forms.ModelForm):

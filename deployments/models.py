@@ -27,6 +27,7 @@ from deployments.constants import (
     RolloutPhase,
     ScalingMode,
     Status,
+    Task,
 )
 
 # Ray application names and route prefixes are built from the slug, so keep it URL- and Ray-safe.
@@ -95,6 +96,12 @@ class Deployment(models.Model):
     )
     target_ongoing_requests = models.PositiveIntegerField(
         default=32, validators=[MinValueValidator(1)], help_text="Autoscaling target per replica"
+    )
+    task = models.CharField(
+        max_length=12,
+        choices=Task.choices,
+        default=Task.GENERATE,
+        help_text="Generate text, or embed (vLLM's pooling runner); the gateway routes each endpoint to the task that serves it.",
     )
     # Engine arguments (names as in `vllm serve`).
     max_model_len = models.PositiveIntegerField(
@@ -310,6 +317,12 @@ class ModelRoute(models.Model):
         blank=True,
         validators=[MinValueValidator(1)],
         help_text="Prompts longer than this go to the long-context pool, when the route has one.",
+    )
+    free_reason = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Set only by model_route_free_set: why this route is served at $0 on purpose. Empty: a "
+        "tenant with a budget is refused while the model has no price in force (ADR 0022).",
     )
     allowed_tenants = models.ManyToManyField(
         "billing.Tenant",

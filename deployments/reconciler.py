@@ -285,6 +285,10 @@ def _store_observation(details: dict, *, invalid: dict[int, str], rejected: str)
         if fields["status"] != d.status:
             fields["status_changed_at"] = now
             changed = True
+        elif fields["status"] != d.display_status:
+            # The first word from Ray since the platform started: the status was already stored but
+            # read UNKNOWN (and the gateway did not route to it); publish so it routes again.
+            changed = True
         _apply(d, fields)
         if fields["status"] in TRANSITIONAL or any(
             dep["status"] in RAY_MOVING for dep in fields.get("ray_deployments") or []

@@ -31,17 +31,25 @@ def last_reconcile() -> ReconcileRun | None:
 
 
 def route_list() -> QuerySet[ModelRoute]:
-    targets = RouteTarget.objects.select_related("deployment").filter(deployment__deleted_at__isnull=True)
+    targets = RouteTarget.objects.select_related("deployment__model_version__model").filter(
+        deployment__deleted_at__isnull=True
+    )
     return ModelRoute.objects.prefetch_related(Prefetch("targets", queryset=targets)).order_by("public_name")
+
+
+def route_public_names() -> set[str]:
+    """Every public model name a route answers to (what a price can be set for)."""
+    return set(ModelRoute.objects.values_list("public_name", flat=True))
 
 
 def routing_table() -> dict:
     """``{public_name: {"long_context_threshold", "tenant_ids", "targets": [...]}}`` for the gateway's
     snapshot (``tenant_ids``: the tenants that may use the name, or None for every tenant).
 
-    Every live target is listed with its observed ``status``; the gateway sends traffic only to
-    RUNNING ones with a positive weight. Stopped and failed deployments stay listed so the gateway
-    can say why a model is unavailable.
+    Every live target is listed with the status the console may claim now (``display_status``: one
+    Ray reported before this platform started reads UNKNOWN until Ray has been heard from again); the
+    gateway sends traffic only to RUNNING ones with a positive weight. Stopped, failed and unknown
+    deployments stay listed so the gateway can say why a model is unavailable.
     """
     table: dict = {}
     targets = RouteTarget.objects.select_related("deployment__model_version__model").filter(
@@ -56,6 +64,8 @@ def routing_table() -> dict:
             "long_context_threshold": route.long_context_threshold_tokens,
             # Tenants whose keys may use the name; None: every tenant.
             "tenant_ids": tenant_ids or None,
+            # Served at $0 on purpose (an admin said why); otherwise a missing price refuses budgets.
+            "free": bool(route.free_reason),
             "targets": [
                 {
                     "deployment_id": t.deployment_id,
@@ -65,7 +75,12 @@ def routing_table() -> dict:
                     "engine_model": t.deployment.effective_served_model_name,
                     "weight": t.weight,
                     "pool": t.deployment.pool,
-                    "status": t.deployment.status,
+                    "status": t.deployment.display_status,
+                    # The budget hold's allowance per image (None: unknown, the gateway's default).
+                    "tokens_per_image": t.deployment.model_version.model.max_tokens_per_image,
+                    "task": t.deployment.task,
+                    # The context the engine was started with (None: the model's own, the engine judges).
+                    "max_model_len": t.deployment.max_model_len,
                 }
                 for t in sorted(route.targets.all(), key=lambda t: t.deployment.slug)
             ],

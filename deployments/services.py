@@ -18,11 +18,12 @@ from django.utils import timezone
 
 from audit.services import audit_delete, audit_record, audit_save, snapshot
 from catalog.selectors import version_can_deploy, version_can_serve_production
+from catalog.services import memory_estimate
 from deployments.compiler import effective_kv_cache_dtype, effective_precision
 from deployments.constants import DesiredState, EngineKind, EventKind, ScalingMode
 from deployments.models import Deployment, DeploymentEvent, ModelRoute, RouteTarget
 from deployments.selectors import routing_table
-from engines.memory import GIB, MIN_KV_RESERVE_TOKENS, MemoryEstimate, estimate_memory
+from engines.memory import GIB, MIN_KV_RESERVE_TOKENS, MemoryEstimate
 from gateway.publish import publish_section
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ CREATE_FIELDS = (
     "slug",
     "model_version",
     "engine_kind",
+    "task",
     "gpu_type",
     "tensor_parallel_size",
     "pool",
@@ -96,27 +98,36 @@ def deployment_preflight(*, deployment: Deployment) -> Preflight:
         )
     if deployment.engine_kind == EngineKind.VLLM_CPU or deployment.gpu_type is None:
         return result
-    spec = model.to_spec(
-        precision=effective_precision(deployment), kv_cache_dtype=effective_kv_cache_dtype(deployment)
-    )
+    precision = effective_precision(deployment)
     context = deployment.max_model_len or model.max_context
-    estimate = estimate_memory(
-        model=spec,
-        gpu=deployment.gpu_type.to_spec(),
-        tensor_parallel=tp,
-        gpu_memory_utilization=deployment.gpu_memory_utilization,
-        context_len=context,
-    )
+    try:
+        estimate = memory_estimate(
+            model=model,
+            gpu_type=deployment.gpu_type,
+            precision=precision,
+            kv_cache_dtype=effective_kv_cache_dtype(deployment),
+            tensor_parallel=tp,
+            gpu_memory_utilization=deployment.gpu_memory_utilization,
+            context_len=context,
+            max_num_batched_tokens=deployment.max_num_batched_tokens,
+            max_num_seqs=deployment.max_num_seqs,
+        )
+    except ValidationError as exc:
+        result.errors.extend(exc.messages)
+        return result
     result.estimate = estimate
     min_kv_tokens = min(context, MIN_KV_RESERVE_TOKENS)
     min_kv_bytes = min_kv_tokens * estimate.kv_bytes_per_token
     need = estimate.weight_bytes + estimate.activation_reserve_bytes + min_kv_bytes
     if not estimate.fits:
         result.errors.append(
-            f"Does not fit: weights {estimate.weight_bytes / GIB:.1f} GiB ({spec.precision}) + activation reserve "
+            f"Does not fit: weights {estimate.weight_bytes / GIB:.1f} GiB ({precision}: embeddings "
+            f"{estimate.weight_embedding_bytes / GIB:.2f}, layers {estimate.weight_layer_bytes / GIB:.2f}, lm_head "
+            f"{estimate.weight_lm_head_bytes / GIB:.2f}) + non-torch, activation peak and CUDA graphs "
             f"{estimate.activation_reserve_bytes / GIB:.1f} GiB + minimum KV reserve {min_kv_tokens:,} tokens × "
             f"{estimate.kv_bytes_per_token / 1024:.0f} KiB = {min_kv_bytes / GIB:.2f} GiB → needs {need / GIB:.1f} GiB, "
-            f"but {tp} × {deployment.gpu_type.name} ({float(deployment.gpu_type.memory_gib):.0f} GiB) × "
+            f"but {tp} × {deployment.gpu_type.name} ({estimate.memory_per_gpu_bytes / GIB:.2f} GiB, "
+            f"{estimate.memory_source}) × "
             f"gpu_memory_utilization {deployment.gpu_memory_utilization:.2f} = {estimate.usable_bytes / GIB:.1f} GiB usable. "
             f"Use more GPUs per replica, a larger GPU or a quantized version."
         )
@@ -357,6 +368,32 @@ def model_route_save(*, route: ModelRoute, actor, allowed_tenants=None, reason: 
                 after={"allowed_tenants": after},
                 reason=reason or ("route restricted to tenants" if after else "route open to every tenant"),
             )
+    routes_section_publish_on_commit()
+    return route
+
+
+@transaction.atomic
+def model_route_free_set(*, route: ModelRoute, free: bool, reason: str, actor) -> ModelRoute:
+    """Mark a route as served at $0 on purpose (or take the mark off), with a reason, audited.
+
+    Without the mark, a tenant with a budget is refused on a route whose model has no price in force
+    (ADR 0022): a forgotten price must not become free traffic that no hard cap stops.
+    """
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationError({"reason": "Say why the route is (or is no longer) free."})
+    before = route.free_reason
+    route.free_reason = reason if free else ""
+    route.full_clean()
+    route.save(update_fields=["free_reason", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="model_route.free_set" if free else "model_route.free_clear",
+        target=route,
+        before={"free": bool(before), "free_reason": before},
+        after={"free": free, "free_reason": route.free_reason},
+        reason=reason,
+    )
     routes_section_publish_on_commit()
     return route
 

@@ -22,6 +22,7 @@ urlpatterns = [
     path("routes/<int:pk>/edit/", views.RouteFormView.as_view(), name="route_edit"),
     path("routes/<int:pk>/delete/", views.RouteDeleteView.as_view(), name="route_delete"),
     path("routes/<int:pk>/targets/", views.RouteTargetSetView.as_view(), name="route_target_set"),
+    path("routes/<int:pk>/free/", views.RouteFreeView.as_view(), name="route_free"),
     path("<int:pk>/faults/", rollout_views.DeploymentFaultsView.as_view(), name="faults"),
     path("rollouts/", rollout_views.RolloutListView.as_view(), name="rollout_list"),
     path("rollouts/new/", rollout_views.RolloutCreateView.as_view(), name="rollout_create"),

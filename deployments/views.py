@@ -17,7 +17,14 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from deployments import selectors, services
 from deployments.compiler import compile_application
-from deployments.forms import DeploymentFilterForm, DeploymentForm, ModelRouteForm, RouteTargetForm, ScaleForm
+from deployments.forms import (
+    DeploymentFilterForm,
+    DeploymentForm,
+    ModelRouteForm,
+    RouteFreeForm,
+    RouteTargetForm,
+    ScaleForm,
+)
 from deployments.models import Deployment, ModelRoute, RouteTarget
 from deployments.reconciler import serve_config_preview
 from deployments.rollouts.selectors import rollout_list
@@ -212,6 +219,7 @@ class RouteDetailView(ReadsEverythingRequiredMixin, View):
                 "route": route,
                 "rows": rows,
                 "target_form": RouteTargetForm(),
+                "free_form": RouteFreeForm(initial={"free": not route.free_reason}),
                 "route_form": ModelRouteForm(instance=route),
                 "rollouts": rollout_list(route=route)[:50],
                 "active_rollout": rollout_list(route=route).filter(outcome="").first(),
@@ -267,6 +275,27 @@ class RouteTargetSetView(PlatformAdminRequiredMixin, View):
                 messages.error(request, " ".join(exc.messages))
         else:
             messages.error(request, "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+        return redirect(route.get_absolute_url())
+
+
+class RouteFreeView(PlatformAdminRequiredMixin, View):
+    def post(self, request, pk: int):
+        route = get_object_or_404(ModelRoute, pk=pk)
+        form = RouteFreeForm(request.POST)
+        if not form.is_valid():
+            messages.error(request, "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+            return redirect(route.get_absolute_url())
+        try:
+            services.model_route_free_set(
+                route=route,
+                free=form.cleaned_data["free"],
+                reason=form.cleaned_data["reason"],
+                actor=request.user,
+            )
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+        else:
+            messages.success(request, "Marked free." if form.cleaned_data["free"] else "No longer free.")
         return redirect(route.get_absolute_url())
 
 

@@ -76,7 +76,10 @@ GPUS: dict[str, GpuSpec] = {
     # H100 SXM5 80GB: 3.35 TB/s HBM3, 989 TFLOPS BF16 dense, 1979 FP8 dense, NVLink 4 900 GB/s (450/dir).
     "H100": GpuSpec(
         name="H100",
-        memory_gib=80,
+        # nvidia-smi's 81559 MiB (gpu-burn#114, driver 550.90.07); CUDA sees 79.22 GiB (vLLM PR #10511's log).
+        memory_gib=81559 / 1024,
+        cuda_total_gib=79.22,
+        memory_source="nvidia-smi 81559MiB; CUDA total 79.22 GiB from vLLM's log",
         hbm_bandwidth_gbps=3350,
         bf16_tflops=989,
         fp8_tflops=1979,
@@ -86,7 +89,8 @@ GPUS: dict[str, GpuSpec] = {
     # H200 SXM 141GB: 4.8 TB/s HBM3e, same compute as H100 SXM.
     "H200": GpuSpec(
         name="H200",
-        memory_gib=140,
+        memory_gib=143771 / 1024,  # nvidia-smi's 143771 MiB (140.4 GiB)
+        memory_source="nvidia-smi 143771MiB",
         hbm_bandwidth_gbps=4800,
         bf16_tflops=989,
         fp8_tflops=1979,
@@ -96,7 +100,8 @@ GPUS: dict[str, GpuSpec] = {
     # A100 SXM4 80GB: 2.039 TB/s HBM2e, 312 TFLOPS BF16 dense, no FP8, NVLink 3 600 GB/s (300/dir).
     "A100-80GB": GpuSpec(
         name="A100-80GB",
-        memory_gib=80,
+        memory_gib=81920 / 1024,  # nvidia-smi's 81920 MiB (modal-client#2797)
+        memory_source="nvidia-smi 81920MiB",
         hbm_bandwidth_gbps=2039,
         bf16_tflops=312,
         fp8_tflops=None,
@@ -106,7 +111,8 @@ GPUS: dict[str, GpuSpec] = {
     # L40S 48GB GDDR6: 864 GB/s, 362 TFLOPS BF16 dense, 733 FP8 dense, PCIe Gen4 x16 (32 GB/s/dir).
     "L40S": GpuSpec(
         name="L40S",
-        memory_gib=45,
+        memory_gib=46068 / 1024,  # nvidia-smi's 46068 MiB (44.99 GiB; vllm-backport#14, driver 590.44.01)
+        memory_source="nvidia-smi 46068MiB",
         hbm_bandwidth_gbps=864,
         bf16_tflops=362,
         fp8_tflops=733,

@@ -226,6 +226,8 @@ class Scheduler:
                     gpu_memory_utilization=cfg.gpu_memory_utilization,
                     context_len=self.max_model_len,
                     block_size=bs,
+                    max_num_batched_tokens=cfg.max_num_batched_tokens,
+                    max_num_seqs=cfg.max_num_seqs,
                 )
                 num_blocks = est.kv_capacity_tokens // bs
         if num_blocks < 1:

@@ -1,7 +1,9 @@
 """Live simulated vLLM: an OpenAI-compatible HTTP server whose token timing comes from the scheduler.
 
 Endpoints (also under any route prefix, e.g. Ray Serve's ``/d/<slug>``): ``POST /v1/chat/completions``,
-``POST /v1/completions``, ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text with
+``POST /v1/completions``, ``POST /v1/embeddings`` (deterministic unit vectors of ``EMBEDDING_DIM``
+floats seeded by each input, as vLLM's pooling runner answers), ``POST /v1/responses`` (OpenAI's
+Responses API over the same generator, streaming or not), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus text with
 vLLM's metric names and a ``model_name`` label), ``POST /tokenize`` (the prompt's token count and
 ``max_model_len``, as vLLM's, so the load harness can build prompts of exact length).
 
@@ -32,12 +34,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import bisect
 import contextlib
+import hashlib
 import heapq
 import itertools
 import json
 import math
+import random
+import struct
 import time
 import uuid
 import zlib
@@ -229,6 +235,8 @@ class Sink:
         "arrival",
         "first_token",
         "last_token",
+        "started",
+        "token_times",
     )
 
     def __init__(self) -> None:
@@ -243,6 +251,10 @@ class Sink:
         self.arrival = 0.0
         self.first_token = -1.0
         self.last_token = -1.0
+        # Fixed-timing mode: when the request got its slot, and (when the request asked for
+        # ``governor_timings``) the engine's own monotonic time of each token.
+        self.started = -1.0
+        self.token_times: list[float] | None = None
 
     def wake(self) -> None:
         cb = self.listener
@@ -465,6 +477,7 @@ class FixedEngine:
             if sink.done:
                 continue
             sink.req = None
+            sink.started = now
             blocks = self._blocks(p + m)
             self._blocks_used += blocks
             self.running[rid] = (sink, p, m, blocks, now)
@@ -529,6 +542,8 @@ class FixedEngine:
             sink, p, m, blocks, _start = entry
             sink.available += 1
             self.generation_tokens += 1
+            if sink.token_times is not None:
+                sink.token_times.append(now)
             if sink.available == 1:
                 sink.first_token = now
                 self.prompt_tokens += p
@@ -764,6 +779,101 @@ def plan_output(parsed: Parsed, *, max_model_len: int) -> tuple[list[str], str]:
     return tokens, reason
 
 
+# ---------------------------------------------------------------------- embeddings and responses
+
+EMBEDDING_DIM = 256
+
+
+def parse_embedding_request(body: object, *, model_name: str) -> tuple[list, list[int], str, int]:
+    """Validate ``POST /v1/embeddings`` as OpenAI and vLLM do: ``input`` is a non-empty string, a
+    non-empty array of non-empty strings, an array of token ids or an array of such arrays. Returns the
+    inputs, their token counts, the encoding format and the dimensions."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("model", "'model' is required and must be a string")
+    if model != model_name:
+        raise ApiError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
+    inp = body.get("input")
+    if isinstance(inp, str):
+        inputs: list = [inp]
+    elif isinstance(inp, list) and inp and all(_is_token_id(t) for t in inp):
+        inputs = [inp]
+    elif isinstance(inp, list):
+        inputs = inp
+    else:
+        raise _bad("input", "'input' must be a string, an array of strings, or an array of token ids")
+    if not inputs:
+        raise _bad("input", "'input' must not be an empty array")
+    tokens = []
+    for i, item in enumerate(inputs):
+        if isinstance(item, str) and item:
+            tokens.append(estimate_tokens(item))
+        elif isinstance(item, list) and item and all(_is_token_id(t) for t in item):
+            tokens.append(len(item))
+        else:
+            raise _bad("input", f"input[{i}] must be a non-empty string or a non-empty array of token ids")
+    fmt = body.get("encoding_format") or "float"
+    if fmt not in ("float", "base64"):
+        raise _bad("encoding_format", "'encoding_format' must be 'float' or 'base64'")
+    dims = _opt_int(body, "dimensions", minimum=1)
+    if dims is not None and dims > EMBEDDING_DIM:
+        raise _bad("dimensions", f"'dimensions' must be at most {EMBEDDING_DIM} for this model")
+    return inputs, tokens, fmt, dims or EMBEDDING_DIM
+
+
+def _is_token_id(t: object) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool) and t >= 0
+
+
+def embedding_vector(item: str | list[int], dims: int) -> list[float]:
+    """A unit vector of ``dims`` floats that depends only on the input (same text, same vector)."""
+    key = item.encode() if isinstance(item, str) else orjson.dumps(item)
+    rng = random.Random(hashlib.sha256(key).digest())
+    vec = [rng.gauss(0.0, 1.0) for _ in range(dims)]
+    norm = math.sqrt(sum(x * x for x in vec)) or 1.0
+    return [x / norm for x in vec]
+
+
+def responses_to_chat(body: object) -> dict:
+    """A Responses API request as the equivalent chat request (text input only)."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    inp = body.get("input")
+    messages: list[dict] = []
+    if isinstance(body.get("instructions"), str):
+        messages.append({"role": "system", "content": body["instructions"]})
+    if isinstance(inp, str) and inp:
+        messages.append({"role": "user", "content": inp})
+    elif isinstance(inp, list) and inp:
+        for i, item in enumerate(inp):
+            if not isinstance(item, dict) or not isinstance(item.get("role"), str):
+                raise _bad(f"input[{i}]", "each input item needs a string 'role'")
+            content = item.get("content")
+            if isinstance(content, list):
+                texts = []
+                for part in content:
+                    if not isinstance(part, dict) or part.get("type") not in (
+                        "input_text",
+                        "output_text",
+                        "text",
+                    ):
+                        raise _bad(f"input[{i}].content", "only text content parts are supported")
+                    texts.append(part.get("text") or "")
+                content = "".join(texts)
+            if not isinstance(content, str):
+                raise _bad(f"input[{i}].content", "'content' must be a string or an array of text parts")
+            messages.append({"role": item["role"], "content": content})
+    else:
+        raise _bad("input", "'input' must be a non-empty string or array of input items")
+    chat = {"model": body.get("model"), "messages": messages, "stream": body.get("stream", False)}
+    for src, dst in (("max_output_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p")):
+        if body.get(src) is not None:
+            chat[dst] = body[src]
+    return chat
+
+
 # ---------------------------------------------------------------------- the ASGI app
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -802,6 +912,12 @@ class OpenAIApp:
             elif path.endswith("/v1/completions"):
                 self._need(method, "POST")
                 await self._completion(receive, send, chat=False)
+            elif path.endswith("/v1/embeddings"):
+                self._need(method, "POST")
+                await self._embeddings(receive, send)
+            elif path.endswith("/v1/responses"):
+                self._need(method, "POST")
+                await self._responses(receive, send)
             elif path.endswith("/tokenize"):
                 self._need(method, "POST")
                 await self._tokenize(receive, send)
@@ -923,6 +1039,8 @@ class OpenAIApp:
             sink = engine.submit(prompt_tokens=parsed.prompt_tokens, max_tokens=n_out, hashes=hashes)
         except ValueError as exc:
             raise ApiError(400, str(exc), code="invalid_value") from exc
+        if body.get("governor_timings") is True:
+            sink.token_times = []  # no token is out yet: they come from the engine's next ticks
         disconnected = False
 
         async def watch() -> None:
@@ -963,15 +1081,153 @@ class OpenAIApp:
                     choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
                     obj = "text_completion"
                 self.metrics.success[reason] = self.metrics.success.get(reason, 0) + 1
-                await self._json(
-                    send,
-                    200,
-                    {"id": rid, "object": obj, "created": created, "model": self.model_name, "choices": [choice],
-                     "usage": usage},
-                )  # fmt: skip
+                out = {"id": rid, "object": obj, "created": created, "model": self.model_name, "choices": [choice],
+                       "usage": usage}  # fmt: skip
+                if sink.token_times is not None and sink.started >= 0:
+                    # The engine's own clock, so tests bound the timing the engine kept rather than
+                    # what a client starved of CPU happened to see.
+                    out["governor_timings"] = {
+                        "queued_s": sink.started - sink.arrival,
+                        "token_s": [t - sink.started for t in sink.token_times],
+                    }
+                await self._json(send, 200, out)
         finally:
             watcher.cancel()
             if not sink.done or disconnected:
+                engine.abort(sink)
+
+    async def _read_json(self, receive) -> object:
+        chunks = []
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return None
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body"):
+                break
+        try:
+            return orjson.loads(b"".join(chunks))
+        except orjson.JSONDecodeError as exc:
+            raise ApiError(400, f"malformed JSON: {exc}", code="invalid_json") from exc
+
+    async def _embeddings(self, receive, send) -> None:
+        """``POST /v1/embeddings``: each input's prefill goes through the engine (so it takes the time a
+        prefill takes), then a deterministic unit vector per input."""
+        body = await self._read_json(receive)
+        inputs, tokens, fmt, dims = parse_embedding_request(body, model_name=self.model_name)
+        limit = self.engine.max_model_len
+        for i, n in enumerate(tokens):
+            if n > limit:
+                raise ApiError(
+                    400,
+                    f"This model's maximum context length is {limit} tokens. However, you requested {n} tokens "
+                    f"in input[{i}] for embedding generation. Please reduce the length of the input.",
+                    param="input",
+                    code="context_length_exceeded",
+                )
+        sinks = [self.engine.submit(prompt_tokens=n, max_tokens=1, hashes=[]) for n in tokens]
+        try:
+            for sink in sinks:
+                while not sink.done:
+                    await sink.wait()
+        finally:
+            for sink in sinks:
+                if not sink.done:
+                    self.engine.abort(sink)
+        data = []
+        for i, item in enumerate(inputs):
+            vec = embedding_vector(item, dims)
+            if fmt == "base64":
+                emb: object = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+            else:
+                emb = vec
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        total = sum(tokens)
+        await self._json(
+            send,
+            200,
+            {"object": "list", "id": "embd-" + uuid.uuid4().hex, "created": int(time.time()),
+             "model": self.model_name, "data": data, "usage": {"prompt_tokens": total, "total_tokens": total}},
+        )  # fmt: skip
+
+    async def _responses(self, receive, send) -> None:
+        """``POST /v1/responses`` (text in, text out): the chat generator behind the Responses API's shape."""
+        body = await self._read_json(receive)
+        chat_body = responses_to_chat(body)
+        parsed = parse_request(chat_body, chat=True, model_name=self.model_name)
+        engine = self.engine
+        limit = engine.max_model_len
+        asked = parsed.prompt_tokens + (parsed.max_tokens or 0)
+        if parsed.prompt_tokens >= limit or asked > limit:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, you requested {asked} tokens.",
+                param="input",
+                code="context_length_exceeded",
+            )
+        tokens, reason = plan_output(parsed, max_model_len=limit)
+        tokens = tokens or [""]
+        sink = engine.submit(prompt_tokens=parsed.prompt_tokens, max_tokens=len(tokens), hashes=[])
+        rid, mid = "resp_" + uuid.uuid4().hex, "msg_" + uuid.uuid4().hex
+        created = int(time.time())
+
+        def response(status: str, text: str, n_out: int | None) -> dict:
+            usage = None
+            if n_out is not None:
+                usage = {
+                    "input_tokens": parsed.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": n_out, "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": parsed.prompt_tokens + n_out,
+                }  # fmt: skip
+            output = []
+            if status == "completed":
+                output = [{"type": "message", "id": mid, "status": "completed", "role": "assistant",
+                           "content": [{"type": "output_text", "text": text, "annotations": []}]}]  # fmt: skip
+            return {
+                "id": rid, "object": "response", "created_at": created, "status": status, "model": self.model_name,
+                "output": output, "usage": usage, "error": None, "incomplete_details": None,
+                "instructions": body.get("instructions"), "max_output_tokens": parsed.max_tokens,
+                "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "temperature": 1.0, "top_p": 1.0,
+                "metadata": {}, "text": {"format": {"type": "text"}}, "truncation": "disabled",
+            }  # fmt: skip
+
+        try:
+            if not parsed.stream:
+                while not sink.done:
+                    await sink.wait()
+                text = "".join(tokens[: sink.available]).lstrip(" ")
+                await self._json(send, 200, response("completed", text, sink.available))
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+            seq = itertools.count()
+
+            async def event(kind: str, payload: dict) -> None:
+                data = orjson.dumps({"type": kind, "sequence_number": next(seq), **payload})
+                await send({"type": "http.response.body", "body": b"event: " + kind.encode() + b"\ndata: " + data
+                            + b"\n\n", "more_body": True})  # fmt: skip
+
+            await event("response.created", {"response": response("in_progress", "", None)})
+            item = {"type": "message", "id": mid, "status": "in_progress", "role": "assistant", "content": []}
+            await event("response.output_item.added", {"output_index": 0, "item": item})
+            sent = 0
+            while sent < len(tokens):
+                while sink.available <= sent and not sink.done:
+                    await sink.wait()
+                upto = min(sink.available, len(tokens))
+                for tok in tokens[sent:upto]:
+                    delta = tok.lstrip(" ") if sent == 0 else tok
+                    await event("response.output_text.delta", {"item_id": mid, "output_index": 0,
+                                                               "content_index": 0, "delta": delta, "logprobs": []})  # fmt: skip
+                    sent += 1
+                if sink.done and sink.available <= sent:
+                    break
+            text = "".join(tokens[:sent]).lstrip(" ")
+            await event("response.output_text.done", {"item_id": mid, "output_index": 0, "content_index": 0,
+                                                      "text": text, "logprobs": []})  # fmt: skip
+            await event("response.completed", {"response": response("completed", text, sent)})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            if not sink.done:
                 engine.abort(sink)
 
     def _eval_answer(self, truth: object, parsed: Parsed, limit: int) -> tuple[list[str], str]:

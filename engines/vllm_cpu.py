@@ -27,7 +27,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from procs import free_port
 
 DEFAULT_KV_CACHE_GIB = 1
 DEFAULT_MAX_MODEL_LEN = 1024
@@ -49,13 +50,6 @@ CPU_ENGINE_DEFAULTS: dict[str, Any] = {
 # torch wheels built for another torch ABI abort ``import vllm`` (transformers imports torchaudio,
 # vLLM imports torchcodec) with an OSError instead of an ImportError, so they must not be installed.
 CONFLICTING_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def vllm_unavailable_reason() -> str | None:

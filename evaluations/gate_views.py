@@ -83,6 +83,19 @@ def decision_row(d: GateDecision) -> dict:
     }
 
 
+def _overrides(filters: dict) -> list:
+    """Versions approved without their gates passing (who, when, why), for the model/version filtered.
+
+    An override is no gate decision (nothing was measured), so the decision list alone would hide it.
+    """
+    qs = model_version_queryset().filter(gate_override_at__isnull=False)
+    if filters.get("model_id"):
+        qs = qs.filter(model_id=filters["model_id"])
+    if filters.get("version_id"):
+        qs = qs.filter(pk=filters["version_id"])
+    return list(qs.order_by("-gate_override_at")[:PAGE_SIZE])
+
+
 class DecisionListView(ReadsEverythingRequiredMixin, View):
     """Every gate decision, filterable by model, version, gate, verdict, evidence label and date."""
 
@@ -90,7 +103,12 @@ class DecisionListView(ReadsEverythingRequiredMixin, View):
         form = DecisionFilterForm(request.GET or None)
         decisions = selectors.gate_decision_list(**form.selector_kwargs())
         page = Paginator(decisions, PAGE_SIZE).get_page(request.GET.get("page"))
-        context = {"form": form, "page": page, "qs": _qs_without_page(request)}
+        context = {
+            "form": form,
+            "page": page,
+            "qs": _qs_without_page(request),
+            "overrides": _overrides(form.selector_kwargs()),
+        }
         template = (
             "evaluations/partials/decision_table.html"
             if request.htmx

@@ -29,7 +29,7 @@ from deployments.selectors import (
 )
 from engines.workload import Workload
 from evalkit import stats
-from evaluations import judge
+from evaluations import judge, schemas
 from evaluations.constants import (
     GATE_KINDS,
     GATE_REUSE_HOURS,
@@ -44,6 +44,7 @@ from evaluations.constants import (
 )
 from evaluations.evalruns import eval_run_create, eval_run_execute
 from evaluations.models import BenchmarkRun, EvalRun, EvalSuite, GateDecision, GatePolicy, GateRun
+from evaluations.schemas import schema_check
 from evaluations.services import benchmark_run_create, benchmark_run_execute
 
 # Requests that may fail in an eval run before the endpoint counts as broken (the gate is then
@@ -52,7 +53,6 @@ MAX_EVAL_ERROR_RATE = 0.02
 # Gate evals keep this many cases in flight (bounded by the engine's max_num_seqs): enough to fill a
 # continuous batch, few enough not to queue long prompts behind each other.
 GATE_EVAL_CONCURRENCY = 32
-MAX_SOAK_SECONDS = 24 * 3600
 MAX_WAVE_STAGES = 20
 
 DEFAULT_QUALITY = {"required": True, "suite": "governor-core", "baseline": "serving",
@@ -85,175 +85,106 @@ DEFAULT_STABILITY = {
 
 
 # --- policy validation --------------------------------------------------------------------------------
-
-
-def _num(
-    errors: dict, field: str, value, *, low: float, high: float, integer: bool = False, optional: bool = True
-):
-    if value in (None, ""):
-        if not optional:
-            errors[field] = "This limit is required."
-        return None
-    try:
-        number = int(value) if integer and float(value) == int(float(value)) else float(value)
-    except (TypeError, ValueError):
-        errors[field] = f"{value!r} is not a number."
-        return None
-    if integer and not isinstance(number, int):
-        errors[field] = f"{value!r} is not a whole number."
-        return None
-    if not (math.isfinite(number) and low <= number <= high):
-        errors[field] = f"{number:g} is out of range: use {low:g} to {high:g}."
-        return None
-    return number
+# ``schemas.GATE_POLICY`` holds every bound and choice; what follows normalises a valid policy and
+# checks what a schema cannot: the suite and the baseline exist, a required gate has a limit to
+# judge by, the KV limit has its context, the low wave is under the high one.
 
 
 def _clean_quality(cfg: dict, errors: dict) -> dict:
-    out = {"required": bool(cfg.get("required")), "suite": (cfg.get("suite") or "").strip()}
-    baseline = cfg.get("baseline") or "serving"
-    if baseline != "serving":
-        try:
-            baseline = int(baseline)
-        except (TypeError, ValueError):
-            errors["quality.baseline"] = "The baseline is 'serving' or a version id."
-    out["baseline"] = baseline
     default = cfg.get("default") or {}
-    out["default"] = {
-        "max_drop": _num(errors, "quality.default.max_drop", default.get("max_drop"), low=0, high=1),
-        "min_score": _num(errors, "quality.default.min_score", default.get("min_score"), low=0, high=1),
+    out = {
+        "required": bool(cfg.get("required")),
+        "suite": (cfg.get("suite") or "").strip(),
+        "baseline": "serving" if cfg.get("baseline") in (None, "", "serving") else int(cfg["baseline"]),
+        "default": {"max_drop": default.get("max_drop"), "min_score": default.get("min_score")},
+        "categories": {
+            str(name).strip(): {
+                "max_drop": (v or {}).get("max_drop"),
+                "min_score": (v or {}).get("min_score"),
+            }
+            for name, v in (cfg.get("categories") or {}).items()
+        },
     }
-    cats = {}
-    for name, limits in (cfg.get("categories") or {}).items():
-        name = str(name).strip()
-        if not name:
-            errors["quality.categories"] = "A category needs a name."
-            continue
-        cats[name] = {
-            "max_drop": _num(errors, f"quality.categories.{name}.max_drop", (limits or {}).get("max_drop"), low=0, high=1),
-            "min_score": _num(errors, f"quality.categories.{name}.min_score", (limits or {}).get("min_score"), low=0, high=1),
-        }  # fmt: skip
-    out["categories"] = cats
     if out["required"]:
         if not out["suite"]:
             errors["quality.suite"] = "A required quality gate needs an eval suite."
         elif not EvalSuite.objects.filter(name=out["suite"]).exists():
             errors["quality.suite"] = f"No eval suite named {out['suite']!r}."
-        no_drop = out["default"]["max_drop"] is None and not any(
-            c["max_drop"] is not None for c in cats.values()
-        )
-        if no_drop and "quality.default.max_drop" not in errors:
+        limits = [out["default"], *out["categories"].values()]
+        if all(c["max_drop"] is None for c in limits):
             errors["quality.default.max_drop"] = "A required quality gate needs a maximum allowed drop."
     return out
 
 
+PERFORMANCE_LIMITS = (
+    "min_goodput_ratio",
+    "max_p95_ttft_ms",
+    "max_p95_tpot_ms",
+    "min_kv_seqs",
+    "max_usd_per_mtok",
+)
+
+
 def _clean_performance(cfg: dict, errors: dict) -> dict:
-    out = {"required": bool(cfg.get("required"))}
-    workload = {"arrival": {"kind": "poisson", "rate": 1.0}, **(cfg.get("workload") or {})}
+    out = {name: cfg.get(name) for name in ("kv_context_tokens", *PERFORMANCE_LIMITS)}
+    out["required"] = bool(cfg.get("required"))
+    out["workload"] = {"arrival": {"kind": "poisson", "rate": 1.0}, **(cfg.get("workload") or {})}
     try:
-        Workload.from_dict(workload)
+        Workload.from_dict(out["workload"])
     except (KeyError, TypeError, ValueError) as exc:
         errors["performance.workload"] = f"Invalid workload: {exc}"
-    out["workload"] = workload
     sla = cfg.get("sla") or {}
-    out["sla"] = {
-        "ttft_ms": _num(errors, "performance.sla.ttft_ms", sla.get("ttft_ms"), low=1, high=600_000),
-        "tpot_ms": _num(errors, "performance.sla.tpot_ms", sla.get("tpot_ms"), low=0.1, high=60_000),
-    }
+    out["sla"] = {"ttft_ms": sla.get("ttft_ms"), "tpot_ms": sla.get("tpot_ms")}
+    stage = cfg.get("stage_duration_s", 60)
+    out["stage_duration_s"] = stage
     if out["required"] and out["sla"]["ttft_ms"] is None and out["sla"]["tpot_ms"] is None:
         errors["performance.sla"] = "The benchmark needs an SLA (TTFT and/or TPOT limit)."
-    out["stage_duration_s"] = _num(
-        errors, "performance.stage_duration_s", cfg.get("stage_duration_s", 60), low=5, high=3600
-    )
-    out["min_goodput_ratio"] = _num(
-        errors, "performance.min_goodput_ratio", cfg.get("min_goodput_ratio"), low=0.01, high=10
-    )
-    out["max_p95_ttft_ms"] = _num(
-        errors, "performance.max_p95_ttft_ms", cfg.get("max_p95_ttft_ms"), low=1, high=600_000
-    )
-    out["max_p95_tpot_ms"] = _num(
-        errors, "performance.max_p95_tpot_ms", cfg.get("max_p95_tpot_ms"), low=0.1, high=60_000
-    )
-    out["kv_context_tokens"] = _num(
-        errors,
-        "performance.kv_context_tokens",
-        cfg.get("kv_context_tokens"),
-        low=16,
-        high=10_000_000,
-        integer=True,
-    )
-    out["min_kv_seqs"] = _num(
-        errors, "performance.min_kv_seqs", cfg.get("min_kv_seqs"), low=1, high=100_000, integer=True
-    )
-    out["max_usd_per_mtok"] = _num(
-        errors, "performance.max_usd_per_mtok", cfg.get("max_usd_per_mtok"), low=0.000001, high=100_000
-    )
     if out["min_kv_seqs"] is not None and out["kv_context_tokens"] is None:
         errors["performance.kv_context_tokens"] = "A KV capacity limit needs the target context length."
-    limits = ("min_goodput_ratio", "max_p95_ttft_ms", "max_p95_tpot_ms", "min_kv_seqs", "max_usd_per_mtok")
-    if out["required"] and all(out[k] is None for k in limits):
+    if out["required"] and all(out[k] is None for k in PERFORMANCE_LIMITS):
         errors["performance"] = "A required performance gate needs at least one limit."
-    return out  # fmt: skip
+    return out
 
 
 def _clean_stability(cfg: dict, errors: dict) -> dict:
-    out = {"required": bool(cfg.get("required"))}
-    out["duration_s"] = _num(
-        errors,
-        "stability.duration_s",
-        cfg.get("duration_s"),
-        low=10,
-        high=MAX_SOAK_SECONDS,
-        optional=not out["required"],
-    )
-    mix = []
-    for k, part in enumerate(cfg.get("length_mix") or []):
-        mix.append({
-            "input": _num(errors, f"stability.length_mix.{k}.input", part.get("input"), low=1, high=10_000_000, integer=True, optional=False),
-            "output": _num(errors, f"stability.length_mix.{k}.output", part.get("output"), low=1, high=1_000_000, integer=True, optional=False),
-            "weight": _num(errors, f"stability.length_mix.{k}.weight", part.get("weight", 1), low=1, high=1000, integer=True, optional=False),
-        })  # fmt: skip
-    if out["required"] and not mix:
-        errors["stability.length_mix"] = "A soak needs at least one (input, output) length."
-    out["length_mix"] = mix
     waves = cfg.get("waves") or {}
-    out["waves"] = {
-        "low_rps": _num(errors, "stability.waves.low_rps", waves.get("low_rps"), low=0.01, high=100_000, optional=not out["required"]),
-        "high_rps": _num(errors, "stability.waves.high_rps", waves.get("high_rps"), low=0.01, high=100_000, optional=not out["required"]),
-        "period_s": _num(errors, "stability.waves.period_s", waves.get("period_s"), low=2, high=MAX_SOAK_SECONDS, optional=not out["required"]),
-    }  # fmt: skip
-    w = out["waves"]
-    if w["low_rps"] is not None and w["high_rps"] is not None and w["low_rps"] > w["high_rps"]:
+    out = {
+        "required": bool(cfg.get("required")),
+        "duration_s": cfg.get("duration_s"),
+        "length_mix": [
+            {"input": int(m["input"]), "output": int(m["output"]), "weight": int(m.get("weight", 1))}
+            for m in cfg.get("length_mix") or []
+        ],
+        "waves": {w: waves.get(w) for w in ("low_rps", "high_rps", "period_s")},
+        "max_error_rate": cfg.get("max_error_rate") or 0.0,
+        "max_preemptions": int(cfg.get("max_preemptions") or 0),
+        "max_restarts": int(cfg.get("max_restarts") or 0),
+    }
+    low, high = out["waves"]["low_rps"], out["waves"]["high_rps"]
+    if low is not None and high is not None and low > high:
         errors["stability.waves.low_rps"] = "The low rate cannot exceed the high rate."
-    out["max_error_rate"] = (
-        _num(errors, "stability.max_error_rate", cfg.get("max_error_rate", 0.0), low=0, high=1) or 0.0
-    )
-    out["max_preemptions"] = (
-        _num(
-            errors,
-            "stability.max_preemptions",
-            cfg.get("max_preemptions", 0),
-            low=0,
-            high=10**9,
-            integer=True,
-        )
-        or 0
-    )
-    out["max_restarts"] = (
-        _num(errors, "stability.max_restarts", cfg.get("max_restarts", 0), low=0, high=10**6, integer=True)
-        or 0
-    )
-    return out  # fmt: skip
+    return out
 
 
 def gate_policy_clean(*, model, gpu_type, quality: dict, performance: dict, stability: dict) -> dict:
-    """Validated, normalized gate settings, or ``ValidationError`` naming every bad field."""
-    errors: dict[str, str] = {}
-    cleaned = {
-        "quality": _clean_quality(quality or {}, errors),
-        "performance": _clean_performance(performance or {}, errors),
-        "stability": _clean_stability(stability or {}, errors),
-    }
-    required = [k for k in GATE_KINDS if cleaned[k]["required"]]
+    """Validated, normalized gate settings, or ``ValidationError`` naming every bad field.
+
+    Keys are dotted paths (``stability.waves.low_rps``), which the policy form maps to its fields.
+    """
+    policy = {"quality": quality or {}, "performance": performance or {}, "stability": stability or {}}
+    try:
+        schema_check(schemas.GATE_POLICY, policy)
+        errors: dict[str, str | list[str]] = {}
+    except ValidationError as exc:
+        errors = dict(exc.message_dict)
+    cleaned = None
+    if not errors:
+        cleaned = {
+            "quality": _clean_quality(policy["quality"], errors),
+            "performance": _clean_performance(policy["performance"], errors),
+            "stability": _clean_stability(policy["stability"], errors),
+        }
+    required = [k for k in GATE_KINDS if isinstance(policy[k], dict) and policy[k].get("required")]
     if not required:
         errors["__all__"] = "A policy needs at least one required gate."
     if gpu_type is None:
@@ -264,12 +195,12 @@ def gate_policy_clean(*, model, gpu_type, quality: dict, performance: dict, stab
             f"{', '.join(required)} gate(s) would have nothing to run against. Deploy one first "
             "or choose another GPU type."
         )
-    baseline = cleaned["quality"]["baseline"]
+    baseline = cleaned["quality"]["baseline"] if cleaned else None
     if isinstance(baseline, int) and not model.versions.filter(pk=baseline).exists():
         errors["quality.baseline"] = f"Version {baseline} is not a version of {model.name}."
     if errors:
         raise ValidationError(errors)
-    return cleaned
+    return cleaned  # type: ignore[return-value]
 
 
 def gate_policy_current(*, model_id: int) -> GatePolicy | None:

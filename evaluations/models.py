@@ -467,6 +467,14 @@ class SimulatorCalibration(models.Model):
     held_out = models.JSONField(default=list, blank=True, help_text="Per level: measured vs predicted")
     ttft_err_pct = models.FloatField(null=True, blank=True, help_text="Worst held-out median error")
     tpot_err_pct = models.FloatField(null=True, blank=True, help_text="Worst held-out median error")
+    device = models.JSONField(
+        default=dict, blank=True, help_text="engines.device record of what was measured; empty: not recorded"
+    )
+    calibrated_range = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="{input_len|output_len|concurrency|rate: [low, high]} of the points",
+    )
     source = models.CharField(max_length=300, blank=True)
     measured_at = models.CharField(max_length=40, blank=True)
     note = models.TextField(blank=True)

@@ -23,8 +23,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from catalog.selectors import gpu_cost_in_force, gpu_type_find, model_version_find
-from catalog.services import gpu_hourly_cost
-from engines.memory import estimate_memory
+from catalog.services import gpu_hourly_cost, memory_estimate
 from engines.scheduler import EngineConfig
 from engines.sim import SimConfig
 from engines.workload import Workload, lognormal, poisson
@@ -124,6 +123,20 @@ def _predicted(version, gpu, tp: int, inputs: dict) -> dict:
             "basis": basis["calibration"]}  # fmt: skip
 
 
+def memory_summary(mem) -> dict:
+    """Where one replica's memory goes (GiB over its GPUs), stored with the plan so the page can say it."""
+    gib = 1024**3
+    return {
+        "embeddings_gib": round(mem.weight_embedding_bytes / gib, 2),
+        "layers_gib": round(mem.weight_layer_bytes / gib, 2),
+        "lm_head_gib": round(mem.weight_lm_head_bytes / gib, 2),
+        "reserve_gib": round(mem.activation_reserve_bytes / gib, 2),
+        "kv_pool_gib": round(mem.kv_pool_bytes / gib, 2),
+        "kv_tokens": mem.kv_capacity_tokens,
+        "memory_source": mem.memory_source,
+    }
+
+
 def plan_row(*, version_id: int, gpu_type_id: int, tensor_parallel: int, inputs: dict) -> dict:
     """One candidate's answer (or why there is none)."""
     version = model_version_find(pk=version_id)
@@ -133,8 +146,10 @@ def plan_row(*, version_id: int, gpu_type_id: int, tensor_parallel: int, inputs:
     if version is None or gpu is None:
         return {**row, "ok": False, "why": "Unknown model version or GPU type."}
     row.update(candidate=f"{version} on {gpu.name} TP={tp}", gpu_type=gpu.name, model_version=str(version))
-    mem = estimate_memory(model=version.to_spec(), gpu=gpu.to_spec(), tensor_parallel=tp,
+    mem = memory_estimate(model=version.model, gpu_type=gpu, precision=version.precision,
+                          kv_cache_dtype=version.kv_cache_dtype, tensor_parallel=tp,
                           context_len=int(inputs["input_mean"] + inputs["output_mean"]) * 2)  # fmt: skip
+    row["memory"] = memory_summary(mem)
     if not mem.fits:
         return {**row, "ok": False, "why": f"Does not fit: {mem.reason}."}
     run = _measured(version_id, gpu_type_id, tp, inputs["ttft_ms"], inputs["tpot_ms"])

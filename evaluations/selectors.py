@@ -175,7 +175,7 @@ def gate_runs_of(*, version_id: int, limit: int = 10) -> QuerySet[GateRun]:
 def version_gate_status(*, version) -> dict:
     """Whether a version's required gates passed under its model's current policy.
 
-    ``{"passed", "override", "policy_id", "policy_number", "gpu_type", "gates": [...], "blocking": [...]}``;
+    ``{"passed", "override", "policy_id", "policy_number", "policy", "gpu_type", "gates": [...], "blocking": [...]}``;
     each gate is ``{"kind", "label", "required", "verdict", "decision_id", "summary", "evidence_label"}``
     from the newest decision of that gate under the current policy on the policy's GPU type (a
     decision taken under an older policy does not count: the limits changed). No policy: not passed.
@@ -189,6 +189,7 @@ def version_gate_status(*, version) -> dict:
             "override": override,
             "policy_id": None,
             "policy_number": None,
+            "policy": None,
             "gpu_type": None,
             "gates": [],
             "blocking": [f"{version.model.name} has no gate policy (an admin must define one)"],
@@ -229,5 +230,10 @@ def version_gate_status(*, version) -> dict:
         "policy_number": policy.number,
         "gpu_type": policy.gpu_type.name,
         "gates": gates,
+        "policy": {
+            "quality": policy.quality,
+            "performance": policy.performance,
+            "stability": policy.stability,
+        },
         "blocking": blocking,
     }

@@ -21,23 +21,17 @@ from django.utils import timezone
 
 from audit.services import audit_record
 from engines.workload import Workload
+from evaluations import schemas
 from evaluations.constants import (
     ACTIVE_STATUSES,
     DEFAULT_SAMPLING,
     DEFAULT_STAGE,
-    MAX_CLIENT_PROCESSES,
     MAX_CONCURRENCY,
-    MAX_EMPIRICAL_PAIRS,
     MAX_LADDER_LEVELS,
-    MAX_LOGNORMAL_SIGMA,
-    MAX_PREFIX_GROUPS,
     MAX_RATE_RPS,
     MAX_REQUESTS_PER_STAGE,
-    MAX_SLA_MS,
-    MAX_STAGE_SECONDS,
     MAX_SWEEP_STAGES,
     MAX_TOKENS_PER_REQUEST,
-    MAX_WARMUP_REQUESTS,
     RunKind,
     RunMode,
     RunStatus,
@@ -45,6 +39,7 @@ from evaluations.constants import (
 )
 from evaluations.models import BenchmarkRun
 from evaluations.reports import build_results
+from evaluations.schemas import schema_check
 from loadtest import Sla, StageConfig, SweepConfig, Target, find_capacity, run_ladder, run_stage
 from loadtest.crosscheck import CrossCheckError, unavailable_reason
 from loadtest.runner import HarnessError, arrival_at, cross_check_stage
@@ -59,35 +54,12 @@ class RunCancelled(Exception):
 
 
 def _validate_workload(workload: dict) -> Workload:
-    if not isinstance(workload, dict):
-        raise ValidationError({"workload": "Invalid workload: must be a JSON object."})
-    if workload.get("empirical_path"):
-        # A path would let a caller make the worker read any file on its host.
-        raise ValidationError(
-            {"workload": "Give empirical (input_len, output_len) pairs inline, not a path."}
-        )
-    pairs = workload.get("empirical")
-    if isinstance(pairs, list) and len(pairs) > MAX_EMPIRICAL_PAIRS:
-        raise ValidationError({"workload": f"At most {MAX_EMPIRICAL_PAIRS:,} empirical pairs."})
+    """The schema (``schemas.WORKLOAD``: kinds and bounds), then the dataclass's own rules."""
+    schema_check(schemas.WORKLOAD, workload, field="workload")
     try:
-        wl = Workload.from_dict(workload)
+        return Workload.from_dict(workload)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValidationError({"workload": f"Invalid workload: {exc}"}) from exc
-    _check_arrival(wl)
-    if wl.prefix_groups > MAX_PREFIX_GROUPS:
-        raise ValidationError({"workload": f"prefix_groups must be at most {MAX_PREFIX_GROUPS:,}."})
-    return wl
-
-
-def _check_arrival(wl: Workload) -> None:
-    a = wl.arrival
-    if a.closed_loop:
-        if a.concurrency > MAX_CONCURRENCY:
-            raise ValidationError({"workload": f"Concurrency must be at most {MAX_CONCURRENCY:,} clients."})
-    elif not math.isfinite(a.rate) or a.rate > MAX_RATE_RPS:
-        raise ValidationError({"workload": f"The arrival rate must be at most {MAX_RATE_RPS:,.0f} req/s."})
-    if not math.isfinite(a.burstiness) or not 0.01 <= a.burstiness <= 100:
-        raise ValidationError({"workload": "Burstiness must be in [0.01, 100]."})
 
 
 def _length_upper(dist) -> float:
@@ -115,14 +87,6 @@ def _check_lengths(wl: Workload, *, context: int, context_source: str) -> None:
         return
     uppers = {}
     for side, dist in (("input", wl.input), ("output", wl.output)):
-        for name in ("value", "low", "high", "mean", "std", "sigma", "max"):
-            v = getattr(dist, name)
-            if v is not None and not math.isfinite(float(v)):
-                raise ValidationError({"workload": f"The {side} length's {name} must be a finite number."})
-        if dist.sigma is not None and not 0 < dist.sigma <= MAX_LOGNORMAL_SIGMA:
-            raise ValidationError(
-                {"workload": f"The {side} length's sigma must be in (0, {MAX_LOGNORMAL_SIGMA}]."}
-            )
         if dist.std is not None and not 0 <= dist.std <= limit:
             raise ValidationError({"workload": f"The {side} length's std must be in [0, {limit:,}] tokens."})
         uppers[side] = _length_upper(dist)
@@ -181,48 +145,25 @@ def _check_volume(*, wl: Workload, stage: StageConfig, mode: str, ladder: list[f
 
 
 def _validate_sla(sla: dict) -> Sla:
-    try:
-        parsed = Sla.from_dict(sla)
-    except (TypeError, ValueError) as exc:
-        raise ValidationError({"sla": f"Invalid SLA: {exc}"}) from exc
-    for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
-        value = getattr(parsed, name)
-        if value is not None and not (math.isfinite(value) and 0 < value <= MAX_SLA_MS):
-            raise ValidationError({"sla": f"{name} must be in (0, {MAX_SLA_MS:,.0f}] ms."})
+    schema_check(schemas.SLA, sla, field="sla")
+    parsed = Sla.from_dict(sla)
     if parsed.ttft_ms is None and parsed.tpot_ms is None and parsed.e2e_ms is None:
         raise ValidationError({"sla": "An SLA needs at least one limit."})
     return parsed
 
 
 def _validate_stage(stage: dict) -> StageConfig:
-    merged = {**DEFAULT_STAGE, **(stage or {})}
-    try:
-        cfg = StageConfig(
-            duration_s=float(merged["duration_s"]) if merged.get("duration_s") not in (None, "") else None,
-            num_requests=int(merged["num_requests"])
-            if merged.get("num_requests") not in (None, "")
-            else None,
-            warmup_requests=int(merged.get("warmup_requests") or 0),
-            processes=int(merged.get("processes") or 0),
-            seed=int(merged.get("seed") or 0),
-        )
-    except (TypeError, ValueError) as exc:
-        raise ValidationError({"stage": f"Invalid stage settings: {exc}"}) from exc
-    if cfg.duration_s is None and cfg.num_requests is None:
+    schema_check(schemas.STAGE, stage, field="stage")
+    merged = {**DEFAULT_STAGE, **stage}
+    if merged.get("duration_s") is None and merged.get("num_requests") is None:
         raise ValidationError({"stage": "Stop each stage by a duration or a request count."})
-    if cfg.duration_s is not None and not (
-        math.isfinite(cfg.duration_s) and 0 < cfg.duration_s <= MAX_STAGE_SECONDS
-    ):
-        raise ValidationError({"stage": f"Stage duration must be in (0, {MAX_STAGE_SECONDS}] seconds."})
-    if cfg.num_requests is not None and not 1 <= cfg.num_requests <= MAX_REQUESTS_PER_STAGE:
-        raise ValidationError({"stage": f"A stage needs 1 to {MAX_REQUESTS_PER_STAGE:,} requests."})
-    if not 0 <= cfg.warmup_requests <= MAX_WARMUP_REQUESTS:
-        raise ValidationError({"stage": f"Warm-up requests must be in [0, {MAX_WARMUP_REQUESTS:,}]."})
-    if not 0 <= cfg.processes <= MAX_CLIENT_PROCESSES:
-        raise ValidationError(
-            {"stage": f"Client processes must be in [0, {MAX_CLIENT_PROCESSES}] (0 = auto)."}
-        )
-    return cfg
+    return StageConfig(
+        duration_s=None if merged.get("duration_s") is None else float(merged["duration_s"]),
+        num_requests=None if merged.get("num_requests") is None else int(merged["num_requests"]),
+        warmup_requests=int(merged.get("warmup_requests") or 0),
+        processes=int(merged.get("processes") or 0),
+        seed=int(merged.get("seed") or 0),
+    )
 
 
 def _local_tokenizer_dir(uri: str) -> str:
@@ -673,14 +614,27 @@ def _execute(run: BenchmarkRun, progress: _ProgressWriter) -> tuple[dict, list]:
 
 def _prediction_with_intervals(results: dict, basis: dict) -> dict:
     """The prediction's basis; each stage gets the interval of its predicted TTFT and TPOT medians
-    (``p50_interval``, None without a held-out calibration)."""
-    from evaluations.calibrations import with_interval
+    (``p50_interval``, None without a held-out calibration). A stage whose mean lengths or load lie
+    outside the calibrated range says so (``extrapolating``) and gets a wider interval."""
+    from evaluations.calibrations import EXTRAPOLATION_WIDENING, extrapolation, with_interval
 
     iv = basis.get("interval_pct")
     for st in results.get("stages") or []:
+        completed = st.get("completed") or 0
+        offered = st.get("offered") or {}
+        outside = extrapolation(
+            basis.get("calibrated_range"),
+            input_len=st["input_tokens"] / completed if completed and "input_tokens" in st else None,
+            output_len=st["output_tokens"] / completed if completed and "output_tokens" in st else None,
+            concurrency=offered.get("concurrency"),
+            rate=offered.get("rate"),
+        )
+        widen = EXTRAPOLATION_WIDENING if outside else 1.0
+        if outside:
+            st["extrapolating"] = outside
         st["p50_interval"] = {
-            "ttft_ms": with_interval((st.get("ttft_ms") or {}).get("p50"), iv, "ttft"),
-            "tpot_ms": with_interval((st.get("tpot_ms") or {}).get("p50"), iv, "tpot"),
+            "ttft_ms": with_interval((st.get("ttft_ms") or {}).get("p50"), iv, "ttft", widen=widen),
+            "tpot_ms": with_interval((st.get("tpot_ms") or {}).get("p50"), iv, "tpot", widen=widen),
         }
     return basis
 

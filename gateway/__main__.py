@@ -7,6 +7,7 @@ restarts the workers one at a time without refusing or cutting a request.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import tempfile
@@ -42,7 +43,29 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    from gateway.protocol import KEEP_ALIVE_S
+    from gateway.protocol import KEEP_ALIVE_S, MAX_CONNECTIONS, connection_cap, raise_open_file_limit
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
+    log = logging.getLogger("gateway")
+    # Before the workers start: they inherit the limit. Each worker's descriptors are its own, so
+    # the cap below is per worker.
+    soft_before, soft, hard = raise_open_file_limit()
+    cap = connection_cap(soft)
+    log.info(
+        "open files: soft limit %d -> %d (hard limit %s); at most %d client connections per worker",
+        soft_before,
+        soft,
+        "unlimited" if hard == -1 else hard,
+        cap,
+    )
+    if cap < MAX_CONNECTIONS:
+        log.warning(
+            "the open-file limit (%d) allows %d client connections per worker, fewer than "
+            "GATEWAY_MAX_CONNECTIONS (%d): raise the hard limit (ulimit -Hn, LimitNOFILE=)",
+            soft,
+            cap,
+            MAX_CONNECTIONS,
+        )
 
     uvicorn.run(
         "gateway.app:app",
@@ -58,6 +81,10 @@ def main(argv: list[str] | None = None) -> None:
         log_level=args.log_level,
         access_log=args.access_log,
         timeout_keep_alive=KEEP_ALIVE_S,
+        # uvicorn counts connections (and requests in flight) when a request's head is complete and
+        # answers 503 at or past this number; gateway.protocol answers it in the API's error shape,
+        # closes connections far past it at once, and adds the head/body deadlines (ADR 0015).
+        limit_concurrency=cap + 1,
         # A stopping worker closes its listening socket, finishes in-flight requests, then exits;
         # with --workers N, SIGHUP to the supervisor replaces workers one at a time (uvicorn starts
         # the new one and waits until it is ready before stopping the old), so the port never closes.

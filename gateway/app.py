@@ -23,14 +23,27 @@ import redis.asyncio as aioredis
 from asgistream import BodyPusher
 from gateway import metrics as m
 from gateway.config import GatewayConfig, load_config
+from gateway.embeddings import context_error, validate_embeddings
+from gateway.endpoints import MAX_TOKENS_FIELD, PATHS, serves, upstream_url
+from gateway.ledger import Ledger, ledger_record
 from gateway.limits import REASONS, Limiter
+from gateway.pricing import MIN_HOLD_NANOS, price_refusal
 from gateway.redisfast import FastRedis
+from gateway.responses import FINAL_EVENTS, responses_usage, validate_responses
 from gateway.router import Router
 from gateway.snapshot import ALERTS_LIST, KeyInfo, SnapshotHolder, Target, TenantInfo, period_key
 from gateway.spool import SCHEMA_VERSION as SPOOL_SCHEMA_VERSION
 from gateway.spool import Shipper, SpoolWriter
 from gateway.upstream import UpstreamPool
-from gateway.validation import BadRequest, estimate_prompt_tokens, prompt_token_bound, validate
+from gateway.validation import (
+    BadRequest,
+    choices_per_request,
+    ensure_serialisable,
+    estimate_prompt_tokens,
+    normalise_output_limit,
+    prompt_token_bound,
+    validate,
+)
 
 log = logging.getLogger("gateway")
 
@@ -92,6 +105,12 @@ def _may_use(key: KeyInfo, tenant: TenantInfo, route) -> bool:
     return key.models is None or route.name in key.models
 
 
+# Answers that say the deployment itself is unavailable, which eject it for ``eject_s``. A 500 may
+# be about one request (vLLM answers 500 for some inputs it cannot handle); ejecting on it would let
+# one tenant's crafted request take a model away from every tenant.
+EJECTING_STATUSES = frozenset({502, 503, 504})
+
+
 class _Period:
     """Caches the current budget period key per period kind until it ends."""
 
@@ -121,6 +140,7 @@ class Gateway:
         self._tasks: list[asyncio.Task] = []
         self._periods = _Period()
         self._name = f"{socket.gethostname()}:{os.getpid()}"
+        self.ledger: Ledger | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -133,7 +153,9 @@ class Gateway:
         )
         self.redis = aioredis.Redis(connection_pool=pool)
         self.fast_redis = FastRedis(cfg.redis_url)
-        self.limiter = Limiter(self.fast_redis, cfg.key_prefix)
+        # Unique across restarts (a pid is reused): the reaper must never take a new worker for a dead one.
+        worker_id = f"{self._name}:{uuid.uuid4().hex[:8]}"
+        self.limiter = Limiter(self.fast_redis, cfg.key_prefix, worker_id)
         self.snapshots = SnapshotHolder(self.redis, cfg.key_prefix, cfg.snapshot_poll_s)
         try:
             await self.snapshots.refresh()
@@ -146,6 +168,16 @@ class Gateway:
             cfg.spool_dir, cfg.database_url, interval_s=cfg.ship_interval_s, batch=cfg.ship_batch
         )
         self.shipper.start()
+        self.ledger = Ledger(
+            redis=self.redis,
+            limiter=self.limiter,
+            spool=self.spool,
+            worker_id=worker_id,
+            lease_s=cfg.lease_s,
+            journal_s=cfg.journal_s,
+        )
+        with contextlib.suppress(Exception):  # the ledger's loop keeps trying
+            await self.ledger.renew_lease()
         self.http = UpstreamPool(
             connect_timeout=cfg.upstream_connect_timeout_s, idle_timeout=cfg.upstream_idle_timeout_s
         )
@@ -153,6 +185,7 @@ class Gateway:
         self._tasks = [
             loop.create_task(self.snapshots.run_poll()),
             loop.create_task(self.snapshots.run_subscribe()),
+            loop.create_task(self.ledger.run()),
         ]
 
     async def shutdown(self) -> None:
@@ -160,6 +193,9 @@ class Gateway:
             self.snapshots.stop()
         for t in self._tasks:
             t.cancel()
+        if self.ledger and not self.ledger.active:
+            with contextlib.suppress(Exception):
+                await self.ledger.release_lease()
         if self.spool:
             await self.spool.close()
         if self.shipper:
@@ -193,8 +229,15 @@ class Gateway:
                 await self.completions(
                     scope, receive, send, "chat" if path == "/v1/chat/completions" else "text"
                 )
+            elif path == "/v1/embeddings" or path == "/v1/responses":
+                if scope["method"] != "POST":
+                    await send_error(send, 405, "use POST", "invalid_request_error", "method_not_allowed")
+                    return
+                await self.completions(scope, receive, send, path[4:])
             elif path == "/v1/models":
                 await self.models(scope, send)
+            elif path.startswith("/v1/models/"):
+                await self.model_retrieve(scope, send, path[len("/v1/models/") :])
             elif path == "/metrics":
                 body, ct = m.render()
                 await send(
@@ -289,6 +332,29 @@ class Gateway:
         ]
         await send_json(send, 200, orjson.dumps({"object": "list", "data": data}))
 
+    async def model_retrieve(self, scope, send, model: str) -> None:
+        """``GET /v1/models/{id}`` (the SDK's ``models.retrieve``): listed exactly when ``/v1/models``
+        lists it; a forbidden and an unknown name get the same 404."""
+        key, tenant, err, _ = self._authenticate(scope["headers"])
+        if err:
+            await send_error(send, 401, err, "invalid_request_error", "invalid_api_key", reason="auth")
+            return
+        r = self.snapshots.current.routes.get(model)
+        if r is None or not r.targets or not _may_use(key, tenant, r):
+            await send_error(
+                send,
+                404,
+                f"the model '{model}' does not exist or you do not have access to it",
+                "invalid_request_error",
+                "model_not_found",
+                "model",
+                reason="unknown_model",
+            )
+            return
+        await send_json(
+            send, 200, orjson.dumps({"id": model, "object": "model", "created": 0, "owned_by": "governor"})
+        )
+
     # --- completions --------------------------------------------------------------------------
 
     async def _read_body(self, scope, receive) -> bytes | None:
@@ -347,23 +413,26 @@ class Gateway:
                 reason="bad_request",
             )
             return
+        longest_ids = None
         try:
-            model, stream, max_tokens, n, wants_usage = validate(
-                kind, body, absurd_max_tokens=cfg.absurd_max_tokens
-            )
-            prompt_est = estimate_prompt_tokens(kind, body)
-            # The hold must cover whatever the engine can count (tools, schemas, template).
-            prompt_bound = prompt_token_bound(kind, body, len(body_raw))
+            if kind == "embeddings":
+                model, prompt_est, prompt_bound, longest_ids = validate_embeddings(body)
+                stream, max_tokens, n, wants_usage = False, 0, 1, False  # nothing generated
+            elif kind == "responses":
+                model, stream, max_tokens, prompt_est, prompt_bound = validate_responses(
+                    body, len(body_raw), absurd_max_tokens=cfg.absurd_max_tokens
+                )
+                n, wants_usage = 1, True  # its final event carries the usage: always passed on
+            else:
+                model, stream, max_tokens, n, wants_usage = validate(
+                    kind, body, absurd_max_tokens=cfg.absurd_max_tokens
+                )
+                prompt_est = estimate_prompt_tokens(kind, body)
+                # The hold's prompt bound needs the route's allowance per image: set at admission.
+                prompt_bound = None
+            choices = choices_per_request(kind, body, n) if kind in ("chat", "text") else 1
         except BadRequest as exc:
-            await send_error(
-                send,
-                exc.status,
-                exc.message,
-                "invalid_request_error",
-                exc.code or "invalid_value",
-                exc.param,
-                reason="bad_request",
-            )
+            await self._bad_request(send, exc)
             return
         snap = self.snapshots.current
         route = snap.routes.get(model)
@@ -377,6 +446,29 @@ class Gateway:
                 "model_not_found",
                 "model",
                 reason="unknown_model",
+            )
+            return
+        if not any(serves(t, kind) for t in route.targets):
+            await send_error(
+                send,
+                404,
+                f"the model '{model}' is not served at {PATHS[kind]}: its deployments do not run that endpoint",
+                "invalid_request_error",
+                "unsupported_endpoint",
+                "model",
+                reason="unsupported_endpoint",
+            )
+            return
+        ctx_err = context_error(longest_ids, [t for t in route.targets if serves(t, kind)])
+        if ctx_err is not None:
+            await send_error(
+                send,
+                400,
+                ctx_err,
+                "invalid_request_error",
+                "context_length_exceeded",
+                "input",
+                reason="bad_request",
             )
             return
         if tenant.max_input_tokens and prompt_est > tenant.max_input_tokens:
@@ -404,25 +496,55 @@ class Gateway:
         if max_tokens is None:
             # The worst case must be bounded to hold budget for it, so the gateway always sets one.
             max_tokens = min(tenant.max_output_tokens or cfg.default_max_tokens, cfg.default_max_tokens)
-            body["max_tokens"] = max_tokens
-        candidates = self.router.candidates(route, prompt_est)
+            if kind == "responses":
+                body[MAX_TOKENS_FIELD[kind]] = max_tokens
+        if kind in ("chat", "text"):
+            # One limit goes to the engine, the one held for: no other length field can raise it.
+            normalise_output_limit(body, max_tokens)
+        if stream and kind != "responses":
+            so = body.get("stream_options")
+            body["stream_options"] = (
+                {**so, "include_usage": True} if isinstance(so, dict) else {"include_usage": True}
+            )
+        try:
+            # What cannot be forwarded is refused now, before anything is held.
+            ensure_serialisable(body)
+        except BadRequest as exc:
+            await self._bad_request(send, exc)
+            return
+        candidates = [t for t in self.router.candidates(route, prompt_est) if serves(t, kind)]
         if not candidates:
+            # Unknown (not heard from since the start), failing or ejected: 503 with a time to retry.
+            retry_s = self.router.retry_after_s(route.targets)
             await send_error(
                 send,
                 503,
-                f"no running deployment serves '{model}' right now",
+                f"no healthy deployment serves '{model}' right now; retry after {retry_s}s",
                 "service_unavailable",
                 "no_deployment",
+                headers=[(b"retry-after", str(retry_s).encode())],
                 reason="no_deployment",
             )
             return
 
-        # --- admission: limits and budget hold in one atomic step --------------------------
+        # --- admission: limits, budget hold and ledger entry in one atomic step -------------
         price = snap.prices.get(model)
+        refusal = price_refusal(model=model, route=route, price=price, tenant=tenant)
+        if refusal is not None:
+            await send_error(
+                send, 403, refusal, "invalid_request_error", "price_missing", "model", reason="price_missing"
+            )
+            return
         in_p = price.input_nanos if price else 0
         out_p = price.output_nanos if price else 0
-        tokens_est = prompt_est + max_tokens * n
-        hold = prompt_bound * in_p + max_tokens * n * out_p
+        tokens_est = prompt_est + max_tokens * choices
+        # The hold covers whatever the engine can count (tools, schemas, template, images at the
+        # route's bound) and everything it may generate (every choice, every prompt of a batch).
+        if prompt_bound is None:
+            prompt_bound = prompt_token_bound(
+                kind, body, len(body_raw), tokens_per_image=route.tokens_per_image
+            )
+        hold = prompt_bound * in_p + max_tokens * choices * out_p
         budget = tenant.budget
         now = started_at
         pkey = ""
@@ -435,28 +557,50 @@ class Gateway:
             ttl = int(pend - now) + 7 * 86400
             if budget.hard_cap_nanos is not None:
                 cap = budget.hard_cap_nanos
-        if cap < 0:
-            hold = 0
+        # No hard cap: nothing to hold. With one, every request holds something, free ones too.
+        hold = 0 if cap < 0 else max(hold, MIN_HOLD_NANOS)
         limited = key.rpm or key.tpm or tenant.rpm or tenant.tpm
+        event_id = uuid.uuid4()
+        record = ledger_record(
+            gateway=self._name,
+            tenant_id=tenant.id,
+            api_key_id=key.id,
+            model=model,
+            price_id=price.price_id if price else None,
+            in_p=in_p,
+            out_p=out_p,
+            prompt_est=prompt_est,
+            hold=hold,
+            budget_active=budget is not None,
+            period_key=pkey,
+            seed=seed,
+            ttl=ttl,
+            stream=stream,
+            started_at=started_at,
+        )
         rl_headers: list = []
-        if limited or cap >= 0:
-            try:
-                adm = await self.limiter.admit(
-                    key_id=key.id,
-                    tenant_id=tenant.id,
-                    key_rpm=key.rpm,
-                    key_tpm=key.tpm,
-                    tenant_rpm=tenant.rpm,
-                    tenant_tpm=tenant.tpm,
-                    tokens=tokens_est,
-                    hold_nanos=hold,
-                    cap_nanos=cap,
-                    seed_spent_nanos=seed,
-                    period_key=pkey or "none",
-                    budget_ttl_s=ttl or 60,
-                )
-            except Exception as exc:  # noqa: BLE001 - fail closed: limits and budgets cannot be checked
-                log.warning("admission failed (Redis): %s", exc)
+        recorded = True
+        try:
+            adm = await self.limiter.admit(
+                key_id=key.id,
+                tenant_id=tenant.id,
+                key_rpm=key.rpm,
+                key_tpm=key.tpm,
+                tenant_rpm=tenant.rpm,
+                tenant_tpm=tenant.tpm,
+                tokens=tokens_est,
+                hold_nanos=hold,
+                cap_nanos=cap,
+                seed_spent_nanos=seed,
+                period_key=pkey or "none",
+                budget_ttl_s=ttl or 60,
+                event_id=event_id.hex,
+                record=record,
+            )
+        except Exception as exc:  # noqa: BLE001
+            log.warning("admission failed (Redis): %s", exc)
+            if limited or cap >= 0:
+                # Fail closed: limits and budgets cannot be checked.
                 await send_error(
                     send,
                     503,
@@ -466,57 +610,30 @@ class Gateway:
                     reason="redis_unavailable",
                 )
                 return
-            if not adm.admitted:
-                reason = REASONS[adm.reason]
-                if reason == "budget_exceeded":
-                    await send_error(
-                        send,
-                        429,
-                        "this tenant's budget for the period is spent (hard cap reached)",
-                        "insufficient_quota",
-                        "budget_exceeded",
-                        headers=[(b"x-should-retry", b"false")],
-                        reason="budget_exceeded",
-                    )
-                    return
-                retry_s = max(1, -(-adm.retry_ms // 1000))
-                which = "requests" if reason.endswith("requests") else "tokens"
-                scope_ = "API key" if reason.startswith("key") else "tenant"
-                await send_error(
-                    send,
-                    429,
-                    f"rate limit reached for {which} per minute on this {scope_} (limit {adm.limit_or_reset_ms}); "
-                    f"retry after {retry_s}s",
-                    "rate_limit_error",
-                    "rate_limit_exceeded",
-                    headers=[
-                        (b"retry-after", str(retry_s).encode()),
-                        (b"retry-after-ms", str(adm.retry_ms).encode()),
-                        (f"x-ratelimit-limit-{which}".encode(), str(adm.limit_or_reset_ms).encode()),
-                        (f"x-ratelimit-remaining-{which}".encode(), b"0"),
-                        (f"x-ratelimit-reset-{which}".encode(), f"{adm.retry_ms / 1000:.3f}s".encode()),
-                    ],
-                    reason=reason,
-                )
-                return
-            if limited:
-                reset = f"{adm.limit_or_reset_ms / 1000:.3f}s".encode()
-                rpm = min(x for x in (key.rpm, tenant.rpm, 1 << 62) if x)
-                tpm = min(x for x in (key.tpm, tenant.tpm, 1 << 62) if x)
-                if adm.remaining_requests >= 0:
-                    rl_headers += [
-                        (b"x-ratelimit-limit-requests", str(rpm).encode()),
-                        (b"x-ratelimit-remaining-requests", str(adm.remaining_requests).encode()),
-                        (b"x-ratelimit-reset-requests", reset),
-                    ]
-                if adm.remaining_tokens >= 0:
-                    rl_headers += [
-                        (b"x-ratelimit-limit-tokens", str(tpm).encode()),
-                        (b"x-ratelimit-remaining-tokens", str(adm.remaining_tokens).encode()),
-                        (b"x-ratelimit-reset-tokens", reset),
-                    ]
+            # Nothing to check and nothing held: serve, without a ledger entry (only a worker's
+            # death during this request would then go unbilled).
+            adm, recorded = None, False
+        if adm is not None and not adm.admitted:
+            await self._refuse(send, adm, key, tenant, hold, cap)
+            return
+        if adm is not None and limited:
+            reset = f"{adm.limit_or_reset_ms / 1000:.3f}s".encode()
+            rpm = min(x for x in (key.rpm, tenant.rpm, 1 << 62) if x)
+            tpm = min(x for x in (key.tpm, tenant.tpm, 1 << 62) if x)
+            if adm.remaining_requests >= 0:
+                rl_headers += [
+                    (b"x-ratelimit-limit-requests", str(rpm).encode()),
+                    (b"x-ratelimit-remaining-requests", str(adm.remaining_requests).encode()),
+                    (b"x-ratelimit-reset-requests", reset),
+                ]
+            if adm.remaining_tokens >= 0:
+                rl_headers += [
+                    (b"x-ratelimit-limit-tokens", str(tpm).encode()),
+                    (b"x-ratelimit-remaining-tokens", str(adm.remaining_tokens).encode()),
+                    (b"x-ratelimit-reset-tokens", reset),
+                ]
 
-        # --- forward ----------------------------------------------------------------------
+        # --- forward and settle -------------------------------------------------------------
         ctx = _Request(
             gw=self,
             kind=kind,
@@ -538,18 +655,85 @@ class Gateway:
             limited=bool(limited),
             t0=t0,
             started_at=started_at,
+            event_id=event_id,
+            recorded=recorded,
         )
         sticky = body.get("user") or (session.decode("latin-1") if session else None)
-        if stream:
-            so = body.get("stream_options")
-            body["stream_options"] = (
-                {**so, "include_usage": True} if isinstance(so, dict) else {"include_usage": True}
+        await ctx.run(send, receive, body, candidates, sticky, rl_headers)
+
+    async def _bad_request(self, send, exc: BadRequest) -> None:
+        await send_error(
+            send,
+            exc.status,
+            exc.message,
+            "invalid_request_error",
+            exc.code or "invalid_value",
+            exc.param,
+            reason="bad_request",
+        )
+
+    async def _refuse(self, send, adm, key: KeyInfo, tenant: TenantInfo, hold: int, cap: int) -> None:
+        """Answer a request ADMIT turned down: the budget, or which rate limit and when to retry."""
+        reason = REASONS[adm.reason]
+        if reason == "budget_exceeded":
+            left = cap - adm.budget_spent_nanos
+            if hold > left > 0:
+                # Nothing else could make room: this request alone is larger than what is left.
+                # A quota condition like the next one (429 insufficient_quota, not retried), with its
+                # own code: the client can still get through by asking for less.
+                await send_error(
+                    send,
+                    429,
+                    f"this request's worst case, {_usd(hold)}, exceeds the budget's remaining {_usd(left)}; "
+                    "lower max_tokens (or max_completion_tokens) or send a shorter prompt",
+                    "insufficient_quota",
+                    "worst_case_over_budget",
+                    "max_tokens",
+                    headers=[(b"x-should-retry", b"false")],
+                    reason="worst_case_over_budget",
+                )
+                return
+            if left > 0:
+                message = (
+                    f"this tenant's budget for the period has {_usd(left)} left, all of it held by "
+                    "requests in flight; retry when they finish"
+                )
+            else:
+                message = "this tenant's budget for the period is spent (hard cap reached)"
+            await send_error(
+                send,
+                429,
+                message,
+                "insufficient_quota",
+                "budget_exceeded",
+                headers=[(b"x-should-retry", b"false")],
+                reason="budget_exceeded",
             )
-        m.IN_FLIGHT.inc()
-        try:
-            await ctx.forward(send, receive, body, candidates, sticky, rl_headers)
-        finally:
-            m.IN_FLIGHT.dec()
+            return
+        retry_s = max(1, -(-adm.retry_ms // 1000))
+        which = "requests" if reason.endswith("requests") else "tokens"
+        scope_ = "API key" if reason.startswith("key") else "tenant"
+        await send_error(
+            send,
+            429,
+            f"rate limit reached for {which} per minute on this {scope_} (limit {adm.limit_or_reset_ms}); "
+            f"retry after {retry_s}s",
+            "rate_limit_error",
+            "rate_limit_exceeded",
+            headers=[
+                (b"retry-after", str(retry_s).encode()),
+                (b"retry-after-ms", str(adm.retry_ms).encode()),
+                (f"x-ratelimit-limit-{which}".encode(), str(adm.limit_or_reset_ms).encode()),
+                (f"x-ratelimit-remaining-{which}".encode(), b"0"),
+                (f"x-ratelimit-reset-{which}".encode(), f"{adm.retry_ms / 1000:.3f}s".encode()),
+            ],
+            reason=reason,
+        )
+
+
+def _usd(nanos: int) -> str:
+    """Nano-dollars as dollars, with enough places that a small amount does not read as $0."""
+    return f"${nanos / 1e9:.9f}".rstrip("0").rstrip(".") if nanos else "$0"
 
 
 class _Request:
@@ -587,12 +771,16 @@ class _Request:
         "error_type",
         "http_status",
         "settled",
+        "recorded",
+        "committed",
+        "fw",
     )
 
     def __init__(self, **kw) -> None:
         for k, v in kw.items():
             setattr(self, k, v)
-        self.event_id = uuid.uuid4()
+        self.committed = False
+        self.fw: _SseForward | None = None
         self.target: Target | None = None
         self.ttft = None
         self.prompt_tokens = 0
@@ -603,6 +791,75 @@ class _Request:
         self.error_type = ""
         self.http_status = 200
         self.settled = False
+
+    async def run(self, send, receive, body: dict, candidates: list[Target], sticky, rl_headers) -> None:
+        """Forward, then make sure the request settled: the one place that guarantees it.
+
+        Every path of ``forward`` commits (usage event + settle) before its final bytes. Whatever
+        escapes it (a bug, an error serialising, a cancelled task) is settled here: billed for what
+        the client was seen to receive, the rest of the hold released."""
+        ledger = self.gw.ledger
+        eid = self.event_id.hex
+        if ledger is not None:
+            ledger.active[eid] = self
+        m.IN_FLIGHT.inc()
+        try:
+            await self.forward(send, receive, body, candidates, sticky, rl_headers)
+        except Exception as exc:
+            # Most likely an answer the gateway could not read; the request is settled all the same.
+            log.exception("request %s failed after admission", eid)
+            if not self.committed:
+                self.status, self.error_type, self.http_status = "error", "gateway_error", 502
+                await self._commit_delivered()
+                with contextlib.suppress(Exception):  # fails when the response had already started
+                    await send_json(
+                        send,
+                        502,
+                        error_body(
+                            f"the gateway could not complete this request ({type(exc).__name__}); "
+                            "only what was delivered is billed",
+                            "upstream_error",
+                            "gateway_error",
+                        ),
+                        self._headers(rl_headers),
+                    )
+        finally:
+            m.IN_FLIGHT.dec()
+            if not self.committed:
+                # Cancelled (server shutdown, a client gone at the wrong moment): settle all the same.
+                if self.status == "ok":
+                    self.status, self.error_type, self.http_status = "error", "cancelled", 499
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._commit_delivered())
+            if ledger is not None:
+                ledger.active.pop(eid, None)
+
+    def delivered_tokens(self) -> int | None:
+        """Completion tokens the client was sent so far (None before any output went out)."""
+        fw = self.fw
+        if fw is None or fw.events == 0:
+            return None
+        # vLLM sends one role chunk, then one chunk per token.
+        return max(0, fw.events - 1)
+
+    def progress(self) -> dict | None:
+        """What the journal records for a reaper: delivered tokens and the deployment they came from."""
+        n = self.delivered_tokens()
+        if n is None:
+            return None
+        tg = self.target
+        return {"n": n, "d": tg.deployment_id, "s": tg.slug, "v": tg.version_id}
+
+    async def _commit_delivered(self) -> None:
+        """Commit with the tokens seen delivered (the engine's usage never arrived)."""
+        n = self.delivered_tokens()
+        if n is None:
+            self.prompt_tokens = self.completion_tokens = 0
+        else:
+            self.usage_estimated = True
+            self.prompt_tokens = self.prompt_est
+            self.completion_tokens = n
+        await self._commit()
 
     def _headers(self, rl_headers: list) -> list:
         h = [(b"x-request-id", self.event_id.hex.encode()), *rl_headers]
@@ -623,7 +880,7 @@ class _Request:
             tried.add(target.deployment_id)
             self.target = target
             body["model"] = target.engine_model
-            url = target.chat_url if self.kind == "chat" else target.completions_url
+            url = upstream_url(target, self.kind)
             try:
                 resp = await gw.http.post(url, orjson.dumps(body))
                 break
@@ -633,19 +890,23 @@ class _Request:
                 last_exc = exc
                 resp = None
         if resp is None:
-            self.status, self.error_type, self.http_status = "error", "upstream_unavailable", 502
+            # Nothing answered a connection (each failure ejected its target): the service is
+            # unavailable for now rather than broken, so 503 with when to retry, not 502.
+            retry_s = gw.router.retry_after_s(candidates)
+            self.status, self.error_type, self.http_status = "error", "upstream_unavailable", 503
             await self._finish_without_output()
             await send_json(
                 send,
-                502,
+                503,
                 error_body(
-                    f"no deployment of '{self.model}' could be reached ({type(last_exc).__name__})",
-                    "upstream_error",
+                    f"no deployment of '{self.model}' could be reached"
+                    f"{f' ({type(last_exc).__name__})' if last_exc else ''}; retry after {retry_s}s",
+                    "service_unavailable",
                     "upstream_unavailable",
                 ),
-                self._headers(rl_headers),
+                [*self._headers(rl_headers), (b"retry-after", str(retry_s).encode())],
             )
-            m.child(m.REQUESTS, self.model, "502").inc()
+            m.child(m.REQUESTS, self.model, "503").inc()
             return
         try:
             if resp.status != 200:
@@ -656,10 +917,6 @@ class _Request:
                 await self._unary(resp, send, rl_headers)
         finally:
             resp.release()
-            if not self.settled:
-                # Cancelled mid-way (server shutdown, client gone at the wrong moment): release the hold.
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self._settle())
 
     def _cost(self) -> int:
         return self.prompt_tokens * self.in_p + self.completion_tokens * self.out_p
@@ -671,7 +928,7 @@ class _Request:
         self.settled = True
         t = self.tenant
         b = t.budget
-        if not (self.limited or b is not None):
+        if not (self.recorded or self.limited or b is not None):
             return
         before, after = await self.gw.limiter.settle(
             key_id=self.key.id,
@@ -685,7 +942,13 @@ class _Request:
             seed_spent_nanos=self.seed,
             period_key=self.pkey or "none",
             budget_ttl_s=self.ttl or 60,
+            event_id=self.event_id.hex if self.recorded else "",
         )
+        if before < 0:
+            log.warning(
+                "request %s was settled by the reaper (this worker's lease had lapsed)", self.event_id
+            )
+            return
         if b is not None and b.amount_nanos:
             for pct in b.soft_percents:
                 thr = b.amount_nanos * pct // 100
@@ -701,8 +964,8 @@ class _Request:
 
     def _event(self, finished_at: float, e2e: float) -> dict:
         tg = self.target
-        tpot = None
-        if self.ttft is not None and self.completion_tokens > 1:
+        tpot = None  # undefined for a non-streamed answer: it arrives whole, with no gap between tokens
+        if self.stream and self.ttft is not None and self.completion_tokens > 1:
             tpot = (e2e - self.ttft) / (self.completion_tokens - 1) * 1000
         return {
             "schema_version": SPOOL_SCHEMA_VERSION,
@@ -733,6 +996,9 @@ class _Request:
 
     async def _commit(self) -> None:
         """Make the usage event durable and settle the hold, together, before the final bytes go out."""
+        if self.committed:
+            return
+        self.committed = True
         e2e = time.perf_counter() - self.t0
         fut = self.gw.spool.append(self._event(time.time(), e2e))
         try:
@@ -764,7 +1030,7 @@ class _Request:
             data = await resp.read_all()
         except READ_ERRORS:
             data = b""
-        if resp.status >= 500:
+        if resp.status in EJECTING_STATUSES:
             self.gw.router.mark_failed(self.target)
         self.status, self.error_type, self.http_status = "error", f"upstream_{resp.status}", resp.status
         await self._finish_without_output()
@@ -792,6 +1058,8 @@ class _Request:
         return data.replace(a, b'"model":' + pub).replace(b, b'"model": ' + pub)
 
     def _take_usage(self, usage: dict | None) -> None:
+        if isinstance(usage, dict) and "input_tokens" in usage:
+            usage = responses_usage(usage)
         if isinstance(usage, dict):
             self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
             self.completion_tokens = int(usage.get("completion_tokens") or 0)
@@ -840,7 +1108,7 @@ class _Request:
             {"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + self._headers(rl_headers)}
         )
         loop = asyncio.get_running_loop()
-        fw = _SseForward(self, resp, send, loop)
+        fw = self.fw = _SseForward(self, resp, send, loop)
         # receive() returns http.disconnect when the client goes away.
         disc = asyncio.ensure_future(receive())
         disc.add_done_callback(fw.client_gone)
@@ -901,7 +1169,7 @@ class _Request:
             return
         self.gw.router.mark_ok(self.target)
         await self._commit()
-        tail = DONE
+        tail = b"" if self.kind == "responses" else DONE  # a Responses stream ends on its final event
         if self.wants_usage and usage_chunk is not None:
             tail = (self._rewrite(usage_chunk) if rewrite else usage_chunk) + DONE
         await send({"type": "http.response.body", "body": tail, "more_body": False})
@@ -994,11 +1262,17 @@ class _SseForward:
             if payload == b"[DONE]":
                 self.done = True
                 continue
+            if not payload and ev.startswith(b"event:"):  # Responses API: "event: <type>\ndata: {...}"
+                at = ev.find(b"\ndata:")
+                payload = ev[at + 6 :].strip() if at >= 0 else b""
             if payload and (b'"usage":{' in payload or b'"usage": {' in payload):
                 try:
                     obj = orjson.loads(payload)
                 except orjson.JSONDecodeError:
                     obj = None
+                if isinstance(obj, dict) and str(obj.get("type") or "").encode() in FINAL_EVENTS:
+                    obj = obj.get("response") or {}
+                    self.done = True  # a Responses stream has no [DONE]: its final event ends it
                 if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
                     self.usage = obj["usage"]
                     if not obj.get("choices"):

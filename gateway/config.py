@@ -35,6 +35,8 @@ class GatewayConfig:
     ship_batch: int
     session_header: str
     max_header_bytes: int
+    lease_s: float
+    journal_s: float
 
 
 def load_config() -> GatewayConfig:
@@ -61,4 +63,10 @@ def load_config() -> GatewayConfig:
         session_header=env_str("GATEWAY_SESSION_HEADER", "x-session-id"),
         # Request line + headers; the server protocol (gateway.protocol) enforces it while reading.
         max_header_bytes=env_int("GATEWAY_MAX_HEADER_BYTES", 32 * 1024),
+        # A worker whose lease is not renewed for this long is taken for dead and its in-flight
+        # requests are settled by the others (gateway.ledger).
+        lease_s=env_float("GATEWAY_LEASE_S", 15.0),
+        # How often each stream's delivered-token count is journalled for the reaper (what a kill
+        # can leave unbilled is at most this much output).
+        journal_s=env_float("GATEWAY_JOURNAL_S", 0.5),
     )

@@ -5,14 +5,23 @@ connection checked out of a pool per call, generic reply handling), which was ha
 CPU per request in the profile. Every admission and settle is one ``EVALSHA`` whose reply is a
 short array of integers, so one connection with requests pipelined in order and a tiny RESP parser
 does the same job for a fraction. Everything else (snapshots, pub/sub, alerts) stays on redis-py.
+
+The URL means what it means to redis-py (its own ``parse_url`` reads it): ``rediss://`` connects
+with TLS, verifying the server's certificate and host name unless the URL's ``ssl_cert_reqs`` /
+``ssl_check_hostname`` say otherwise (``ssl_ca_certs``, ``ssl_ca_path``, ``ssl_certfile``,
+``ssl_keyfile``, ``ssl_password``, ``ssl_min_version``, ``ssl_ciphers`` as in redis-py), and
+``unix://`` uses a Unix socket. A connection is used for commands only once its AUTH and SELECT
+have succeeded: until then every command waits, so none can run unauthenticated or on database 0.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import ssl
 from collections import deque
-from urllib.parse import unquote, urlparse
+
+from redis.asyncio.connection import RedisSSLContext, SSLConnection, UnixDomainSocketConnection, parse_url
 
 
 class RedisError(Exception):
@@ -33,17 +42,21 @@ def _encode(*parts) -> bytes:
 
 
 class _Protocol(asyncio.Protocol):
+    """One connection; its own FIFO of reply futures, so a connection that died can never answer
+    for the next one."""
+
     def __init__(self, owner: FastRedis) -> None:
         self.owner = owner
         self.buf = bytearray()
         self.transport: asyncio.Transport | None = None
+        self.pending: deque[asyncio.Future] = deque()
 
     def connection_made(self, transport) -> None:
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        pending = self.owner._pending
+        pending = self.pending
         while pending:
             res = _parse(self.buf, 0)
             if res is None:
@@ -58,7 +71,15 @@ class _Protocol(asyncio.Protocol):
                     fut.set_result(value)
 
     def connection_lost(self, exc) -> None:
-        self.owner._lost(exc)
+        self.fail(ConnectionError(f"redis connection lost: {exc}"))
+        if self.owner._proto is self:
+            self.owner._proto = None
+
+    def fail(self, err: BaseException) -> None:
+        while self.pending:
+            fut = self.pending.popleft()
+            if not fut.done():
+                fut.set_exception(err)
 
 
 def _parse(buf: bytearray, pos: int):
@@ -97,6 +118,25 @@ def _parse(buf: bytearray, pos: int):
     raise RedisError(f"unexpected reply type {kind!r}")
 
 
+def _ssl_context(kw: dict) -> ssl.SSLContext:
+    """The TLS context redis-py would use for these URL parameters (its ``SSLConnection`` defaults:
+    certificate required and host name checked)."""
+    return RedisSSLContext(
+        keyfile=kw.get("ssl_keyfile"),
+        certfile=kw.get("ssl_certfile"),
+        cert_reqs=kw.get("ssl_cert_reqs", "required"),
+        include_verify_flags=kw.get("ssl_include_verify_flags"),
+        exclude_verify_flags=kw.get("ssl_exclude_verify_flags"),
+        ca_certs=kw.get("ssl_ca_certs"),
+        ca_data=kw.get("ssl_ca_data"),
+        ca_path=kw.get("ssl_ca_path"),
+        check_hostname=kw.get("ssl_check_hostname", True),
+        min_version=kw.get("ssl_min_version"),
+        ciphers=kw.get("ssl_ciphers"),
+        password=kw.get("ssl_password"),
+    ).get()
+
+
 def _expire(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_exception(TimeoutError("redis reply timed out"))
@@ -106,26 +146,20 @@ class FastRedis:
     """One connection, commands pipelined in order, replies matched FIFO."""
 
     def __init__(self, url: str, *, connect_timeout: float = 3.0, reply_timeout: float = 5.0) -> None:
-        u = urlparse(url)
-        self.host = u.hostname or "127.0.0.1"
-        self.port = u.port or 6379
-        self.db = int((u.path or "/0").lstrip("/") or 0)
-        self.username = unquote(u.username) if u.username else None
-        self.password = unquote(u.password) if u.password else None
-        self.connect_timeout = connect_timeout
+        kw = parse_url(url)  # redis-py's reading of the URL; raises ValueError on a scheme it refuses
+        cls = kw.get("connection_class")
+        self.path: str | None = kw.get("path") if cls is UnixDomainSocketConnection else None
+        self.host = kw.get("host", "localhost")
+        self.port = int(kw.get("port", 6379))
+        self.db = int(kw.get("db", 0))
+        self.username = kw.get("username")
+        self.password = kw.get("password")
+        self.ssl: ssl.SSLContext | None = _ssl_context(kw) if cls is SSLConnection else None
+        self.connect_timeout = float(kw.get("socket_connect_timeout", connect_timeout))
         self.reply_timeout = reply_timeout
         self._proto: _Protocol | None = None
-        self._pending: deque[asyncio.Future] = deque()
         self._lock = asyncio.Lock()
         self._scripts: dict[str, str] = {}
-
-    def _lost(self, exc) -> None:
-        self._proto = None
-        err = ConnectionError(f"redis connection lost: {exc}")
-        while self._pending:
-            fut = self._pending.popleft()
-            if not fut.done():
-                fut.set_exception(err)
 
     async def _ensure(self) -> _Protocol:
         if self._proto is not None:
@@ -134,20 +168,40 @@ class FastRedis:
             if self._proto is not None:
                 return self._proto
             loop = asyncio.get_running_loop()
-            _, proto = await asyncio.wait_for(
-                loop.create_connection(lambda: _Protocol(self), self.host, self.port), self.connect_timeout
-            )
+            if self.path is not None:
+                connect = loop.create_unix_connection(lambda: _Protocol(self), self.path)
+            else:
+                connect = loop.create_connection(
+                    lambda: _Protocol(self),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                    server_hostname=self.host if self.ssl is not None else None,
+                )
+            transport, proto = await asyncio.wait_for(connect, self.connect_timeout)
+            try:
+                # AUTH and SELECT pipelined; the connection is published only once both succeeded,
+                # so no command of a concurrent caller (they wait on the lock) ever runs before them.
+                handshake = []
+                if self.password:
+                    auth = (
+                        ("AUTH", self.username, self.password) if self.username else ("AUTH", self.password)
+                    )
+                    handshake.append(auth)
+                if self.db:
+                    handshake.append(("SELECT", self.db))
+                if handshake:
+                    await asyncio.gather(*(self._call(proto, *cmd) for cmd in handshake))
+            except BaseException as exc:
+                proto.fail(exc)
+                transport.close()
+                raise
             self._proto = proto
-            if self.password:
-                auth = ("AUTH", self.username, self.password) if self.username else ("AUTH", self.password)
-                await self._call(proto, *auth)
-            if self.db:
-                await self._call(proto, "SELECT", self.db)
             return proto
 
     async def _call(self, proto: _Protocol, *parts):
         fut = asyncio.get_running_loop().create_future()
-        self._pending.append(fut)
+        proto.pending.append(fut)
         proto.transport.write(_encode(*parts))
         return await asyncio.wait_for(fut, self.reply_timeout) if self.reply_timeout else await fut
 
@@ -156,7 +210,7 @@ class FastRedis:
         proto = await self._ensure()
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        self._pending.append(fut)
+        proto.pending.append(fut)
         proto.transport.write(_encode(*parts))
         # A timer, not wait_for: wait_for wraps every call in a task, which costs more than the call.
         handle = loop.call_later(self.reply_timeout, _expire, fut)

@@ -12,11 +12,17 @@ Contract (JSON; ``gateway.publish`` writes it in two sections: ``tenancy`` built
                                             "spent_period_key", "spent_nanos"}}},
      "routes": {public_name: {"long_context_threshold": int | null,
                               "tenant_ids": [int, ..] | null,   # null or absent: every tenant
+                              "free": bool,   # served at $0 on purpose; absent: false
                               "targets": [{"deployment_id", "deployment_slug", "version_id",
-                                           "base_url", "engine_model", "weight", "pool", "status"}]}},
+                                           "base_url", "engine_model", "weight", "pool", "status",
+                                           "tokens_per_image": int | null,  # null: unknown
+                                           "task": "generate" | "embed",   # absent: generate
+                                           "max_model_len": int | null}]}},
      "prices": {public_name: {"price_id", "input_nanos", "output_nanos"}}}
 
-Limits of 0 mean "no limit". ``version`` is the counter ``gateway.publish`` increments on every
+Limits of 0 mean "no limit". A target's ``tokens_per_image`` is the catalog's bound for its model;
+a route holds budget for the largest of its targets' (unknown counts as
+``gateway.validation.DEFAULT_TOKENS_PER_IMAGE``), since the hold is taken before a target is picked. ``version`` is the counter ``gateway.publish`` increments on every
 section publish; gateways reload all sections when it moves (pub/sub, and polling as the fallback).
 """
 
@@ -30,6 +36,7 @@ from dataclasses import dataclass
 import orjson
 
 from gateway.publish import CHANNEL, SECTIONS, VERSION_KEY, section_key
+from gateway.validation import DEFAULT_TOKENS_PER_IMAGE
 
 ALERTS_LIST = "budget_alerts"
 
@@ -101,6 +108,9 @@ class Target:
     status: str
     chat_url: str = ""
     completions_url: str = ""
+    # "generate" (chat, completions, responses) or "embed" (embeddings).
+    task: str = "generate"
+    max_model_len: int | None = None
 
 
 @dataclass(slots=True)
@@ -112,6 +122,10 @@ class Route:
     targets: list[Target]
     # The tenants that may use this name; None when every tenant may.
     tenant_ids: frozenset[int] | None = None
+    # Tokens one image may count on any of the targets (the budget hold's allowance per image).
+    tokens_per_image: int = DEFAULT_TOKENS_PER_IMAGE
+    # An admin marked it free (served at $0 on purpose); otherwise no price refuses budgets.
+    free: bool = False
 
 
 @dataclass(slots=True)
@@ -180,7 +194,10 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
     routes = {}
     for name, r in data.get("routes", {}).items():
         targets = []
+        per_image = []
         for x in r.get("targets", []):
+            tpi = x.get("tokens_per_image")
+            per_image.append(int(tpi) if tpi else DEFAULT_TOKENS_PER_IMAGE)
             base = x["base_url"].rstrip("/")
             targets.append(
                 Target(
@@ -194,6 +211,8 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
                     status=x.get("status") or "RUNNING",
                     chat_url=base + "/chat/completions",
                     completions_url=base + "/completions",
+                    task=x.get("task") or "generate",
+                    max_model_len=x.get("max_model_len"),
                 )
             )
         tids = r.get("tenant_ids")
@@ -202,6 +221,8 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
             long_context_threshold=r.get("long_context_threshold"),
             targets=targets,
             tenant_ids=frozenset(int(t) for t in tids) if tids else None,
+            tokens_per_image=max(per_image, default=DEFAULT_TOKENS_PER_IMAGE),
+            free=bool(r.get("free")),
         )
         routes[name] = route
     prices = {

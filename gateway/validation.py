@@ -41,7 +41,7 @@ def _text_bytes(content) -> int:
                 if isinstance(text, str):
                     n += len(text.encode())
                 elif part.get("type") not in (None, "text"):
-                    n += 1024  # images/audio: a flat, generous allowance
+                    n += 1024  # images/audio: a typical-case allowance (the hold uses the route's bound)
             elif isinstance(part, str):
                 n += len(part.encode())
         return n
@@ -58,8 +58,24 @@ TEMPLATE_PER_MESSAGE = 16
 TEMPLATE_PER_TOOL = 32
 TEMPLATE_FIXED = 64
 TEMPLATE_TOOLS_PREAMBLE = 256
-# An image or audio part: a flat allowance (its tokens depend on the model's encoder, not its bytes).
-MEDIA_PART_TOKENS = 4096
+# An image or audio part's tokens depend on the model's encoder, not on its bytes: the catalog gives a
+# bound per model (``Model.max_tokens_per_image``, carried in each route); a route that does not say
+# holds this many. 16,384 is the most a common open vision encoder counts for one image (Qwen2-VL's
+# default ``max_pixels`` of 12,845,056 at 28x28 pixels per merged token); a lower default would let
+# an image-heavy request spend past the hard cap, a higher one only refuses earlier near it.
+DEFAULT_TOKENS_PER_IMAGE = 16_384
+
+# The fields that bound how many tokens one choice may generate, per endpoint, in the order the engine
+# honours them: vLLM's chat endpoint takes ``max_completion_tokens`` when it is set, else
+# ``max_tokens``; its completions endpoint has only ``max_tokens`` (``max_completion_tokens`` is
+# accepted here as the client's intent). The gateway forwards the one it chose as ``max_tokens``
+# (which every vLLM version honours on both endpoints) and strips the other, so the engine cannot
+# pick a larger one than was held for.
+LENGTH_FIELDS = {
+    "chat": ("max_completion_tokens", "max_tokens"),
+    "text": ("max_tokens", "max_completion_tokens"),
+}
+FORWARDED_LENGTH_FIELD = "max_tokens"
 
 
 def _json_bytes(v) -> bytes:
@@ -130,7 +146,9 @@ def estimate_prompt_tokens(kind: str, body: dict) -> int:
     return total
 
 
-def prompt_token_bound(kind: str, body: dict, raw_size: int) -> int:
+def prompt_token_bound(
+    kind: str, body: dict, raw_size: int, *, tokens_per_image: int = DEFAULT_TOKENS_PER_IMAGE
+) -> int:
     """A hard upper bound on the prompt tokens the engine can count for this request (budget holds).
 
     A byte-level BPE tokenizer (GPT, Llama 3, Qwen, Mistral's tekken) emits at most one token per
@@ -140,7 +158,7 @@ def prompt_token_bound(kind: str, body: dict, raw_size: int) -> int:
     whitespace of a template
     that re-indents JSON (``tojson(indent=4)``), at most one whitespace run, pre-tokenized into at
     most two tokens, per structural character of the rendered fields. Images and audio count
-    ``MEDIA_PART_TOKENS`` each. The safety factor over the typical estimate is therefore about 3x
+    ``tokens_per_image`` each (the route's model's bound from the catalog). The safety factor over the typical estimate is therefore about 3x
     for text; the engine's reported usage is what is billed.
     """
     _, structural, tools = _rendered_extras(body)
@@ -153,12 +171,62 @@ def prompt_token_bound(kind: str, body: dict, raw_size: int) -> int:
         + TEMPLATE_PER_TOOL * tools
         + TEMPLATE_FIXED
         + preamble
-        + MEDIA_PART_TOKENS * _media_parts(body)
+        + tokens_per_image * _media_parts(body)
     )
 
 
+def choices_per_request(kind: str, body: dict, n: int) -> int:
+    """How many completions the engine generates for one request, each up to the output limit.
+
+    ``n`` per prompt (or ``best_of`` when larger: older vLLM generates ``best_of`` and returns ``n``),
+    and on ``/v1/completions`` one batch entry per prompt when ``prompt`` is an array of strings or
+    of token-id arrays (an array of integers is one prompt)."""
+    best_of = body.get("best_of")
+    per_prompt = max(n, best_of) if _is_int(best_of) else n
+    if kind == "text":
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and not all(_is_int(p) for p in prompt):
+            return per_prompt * len(prompt)
+    return per_prompt
+
+
+def output_limit(kind: str, body: dict) -> int | None:
+    """The per-choice output limit the engine would apply on this endpoint, or None when unset.
+
+    Every field in ``LENGTH_FIELDS`` is validated; the first one set (the engine's precedence) wins.
+    ``validate`` has already checked each is a positive integer."""
+    for name in LENGTH_FIELDS[kind]:
+        v = body.get(name)
+        if v is not None:
+            return v
+    return None
+
+
+def normalise_output_limit(body: dict, limit: int) -> None:
+    """Forward exactly one output limit: ``max_tokens`` = ``limit``, every other length field gone."""
+    for name in LENGTH_FIELDS["chat"]:
+        body.pop(name, None)
+    body[FORWARDED_LENGTH_FIELD] = limit
+
+
+def ensure_serialisable(body: dict) -> None:
+    """Refuse, before admission, a body the gateway could not serialise to forward it.
+
+    ``orjson.loads`` accepts deeper nesting than ``orjson.dumps`` writes (dumps stops at 255 levels),
+    so a body can parse and still fail when forwarded; that must be a 400 before a hold exists,
+    not a 500 after."""
+    try:
+        orjson.dumps(body)
+    except orjson.JSONEncodeError as exc:
+        raise BadRequest(
+            f"the request body cannot be forwarded ({exc}); nest JSON at most 254 levels deep",
+            code="invalid_json",
+        ) from exc
+
+
 def validate(kind: str, body, *, absurd_max_tokens: int) -> tuple[str, bool, int | None, int, bool]:
-    """Check the fields we use; returns (model, stream, max_tokens or None, n, client_wants_usage)."""
+    """Check the fields we use; returns (model, stream, the output limit per choice or None, n,
+    client_wants_usage). The output limit is the one the engine would apply (``output_limit``)."""
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     model = body.get("model")
@@ -195,8 +263,7 @@ def validate(kind: str, body, *, absurd_max_tokens: int) -> tuple[str, bool, int
         if not isinstance(iu, bool):
             raise BadRequest("'stream_options.include_usage' must be a boolean", param="stream_options")
         wants_usage = iu
-    max_tokens = None
-    for name in ("max_completion_tokens", "max_tokens"):
+    for name in LENGTH_FIELDS[kind]:
         v = body.get(name)
         if v is None:
             continue
@@ -206,12 +273,15 @@ def validate(kind: str, body, *, absurd_max_tokens: int) -> tuple[str, bool, int
             raise BadRequest(f"'{name}' must be at least 1", param=name)
         if v > absurd_max_tokens:
             raise BadRequest(f"'{name}' is larger than any model here can produce", param=name)
-        max_tokens = v if max_tokens is None else min(max_tokens, v)
+    max_tokens = output_limit(kind, body)
     n = body.get("n", 1)
     if n is None:
         n = 1
     if not _is_int(n) or n < 1 or n > 16:
         raise BadRequest("'n' must be an integer between 1 and 16", param="n")
+    best_of = body.get("best_of")
+    if best_of is not None and (not _is_int(best_of) or best_of < 1 or best_of > 16):
+        raise BadRequest("'best_of' must be an integer between 1 and 16", param="best_of")
     for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         v = body.get(name)
         if v is not None and not _is_num(v):

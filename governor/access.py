@@ -48,6 +48,32 @@ def refuse_write(request, *, reason: str) -> None:
     )
 
 
+CROSS_TENANT_WRITE = "security.cross_tenant_write"
+
+
+def refuse_hidden_write(request, *, target_type: str, target_id, tenant_id: int | None, reason: str) -> None:
+    """Record a write aimed at another tenant's object; the caller then answers 404 as for no object.
+
+    The attacker sees exactly what a missing object gives (same status, same body), so nothing about
+    other tenants leaks; the platform's auditors see who tried, on what, by which path. Safe methods
+    and anonymous requests are not recorded (reads answered 404 are ordinary misses).
+    """
+    method = _http_method(request)
+    user = getattr(request, "user", None)
+    if method in SAFE_METHODS or not (user and user.is_authenticated):
+        return
+    audit_record(
+        actor=user,
+        action=CROSS_TENANT_WRITE,
+        object_type=target_type,
+        object_id=target_id,
+        object_repr=f"{method} {request.path}"[:200],
+        tenant_id=tenant_id,
+        reason=reason,
+        evidence={"method": method, "path": request.get_full_path()[:1000], "answered": 404},
+    )
+
+
 def is_platform_admin(user) -> bool:
     return bool(user and user.is_authenticated and user.is_active and user.is_superuser)
 

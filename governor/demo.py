@@ -44,6 +44,11 @@ GPU_TYPES = [
     dict(
         name="H100 SXM",
         memory_gib=D("80"),
+        # Driver-reported totals (ADR 0021): nvidia-smi "MiB" and, where a vLLM log shows it, CUDA's total.
+        memory_mib=81559,
+        cuda_total_mib=81121,
+        memory_source="nvidia-smi 81559MiB on driver 550.90.07 (https://github.com/wilicc/gpu-burn/issues/114); "
+        "CUDA total 79.22 GiB from vLLM's profile log (https://github.com/vllm-project/vllm/pull/10511)",
         hbm_bandwidth_gbps=D("3350"),
         bf16_tflops=D("989"),
         fp8_tflops=D("1979"),
@@ -59,6 +64,9 @@ GPU_TYPES = [
     dict(
         name="H200",
         memory_gib=D("141"),
+        memory_mib=143771,
+        memory_source="nvidia-smi 143771MiB (140.4 GiB) for H200 SXM 141GB, the figure issue 31 quotes; "
+        "no published nvidia-smi output was found to link: confirm on a device",
         hbm_bandwidth_gbps=D("4800"),
         bf16_tflops=D("989"),
         fp8_tflops=D("1979"),
@@ -68,6 +76,9 @@ GPU_TYPES = [
     dict(
         name="A100 80GB",
         memory_gib=D("80"),
+        memory_mib=81920,
+        memory_source="nvidia-smi 81920MiB (https://github.com/modal-labs/modal-client/pull/2797; "
+        "A800 80GB on driver 550.54.15: https://github.com/vllm-project/vllm/issues/41519)",
         hbm_bandwidth_gbps=D("2039"),
         bf16_tflops=D("312"),
         fp8_tflops=None,
@@ -77,6 +88,9 @@ GPU_TYPES = [
     dict(
         name="L40S",
         memory_gib=D("48"),
+        memory_mib=46068,
+        memory_source="nvidia-smi 46068MiB on driver 590.44.01 (https://github.com/wtdcode/vllm-backport/issues/14; "
+        "also https://github.com/modal-labs/modal-client/pull/2797)",
         hbm_bandwidth_gbps=D("864"),
         bf16_tflops=D("362"),
         fp8_tflops=D("733"),
@@ -97,6 +111,8 @@ MODELS = [
         head_dim=128,
         vocab_size=128256,
         max_context=131072,
+        intermediate_size=14336,
+        tie_word_embeddings=False,
         licence="Llama 3.1 Community License",
     ),
     dict(
@@ -110,6 +126,8 @@ MODELS = [
         head_dim=128,
         vocab_size=128256,
         max_context=131072,
+        intermediate_size=28672,
+        tie_word_embeddings=False,
         licence="Llama 3.1 Community License",
     ),
     dict(
@@ -123,6 +141,9 @@ MODELS = [
         head_dim=128,
         vocab_size=152064,
         max_context=32768,
+        intermediate_size=27648,
+        tie_word_embeddings=False,
+        attention_bias=True,
         licence="Apache-2.0",
     ),
     dict(
@@ -136,6 +157,8 @@ MODELS = [
         head_dim=128,
         vocab_size=32768,
         max_context=32768,
+        intermediate_size=14336,
+        tie_word_embeddings=False,
         licence="Apache-2.0",
     ),
 ]
@@ -169,7 +192,7 @@ VERSIONS = [
     (
         "Llama-3.1-70B-Instruct",
         "awq-int4",
-        "w4a16",
+        "awq",
         "auto",
         "hf://hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4",
         Lifecycle.DRAFT,
@@ -178,7 +201,7 @@ VERSIONS = [
     (
         "Qwen2.5-32B-Instruct",
         "gptq-int4",
-        "w4a16",
+        "gptq",
         "auto",
         "hf://Qwen/Qwen2.5-32B-Instruct-GPTQ-Int4",
         Lifecycle.CANDIDATE,

@@ -2,7 +2,8 @@
 
 ``run``: embedded PostgreSQL/Redis when ``DATABASE_URL``/``REDIS_URL`` are unset, migrations, demo
 data, then the console, the gateway, a Celery worker, Celery beat and a local Ray head, each with
-prefixed logs. Ctrl-C stops everything it started.
+prefixed logs, with ``DEBUG=0`` and a secret key generated on first start (``var/secret_key``).
+SIGINT (Ctrl-C) or SIGTERM stops everything it started within a bounded time.
 
 ``test``: the same embedded services when the variables are unset, then pytest; pytest's
 "no tests collected" exit counts as a failure.
@@ -10,8 +11,10 @@ prefixed logs. Ctrl-C stops everything it started.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -124,6 +127,34 @@ def _base_env(services: Services, *, debug: bool) -> dict[str, str]:
     return env
 
 
+def secret_key_load(var_dir: Path) -> str:
+    """This installation's secret key: generated on first start, then read back, from
+    ``var/secret_key`` (mode 0600), so sessions and signed values survive restarts."""
+    path = var_dir / "secret_key"
+    var_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_text().strip()
+        if len(key) < 50:
+            raise SystemExit(f"{path} holds no usable secret key; remove it to generate a new one") from None
+        return key
+    key = secrets.token_urlsafe(64)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key
+
+
+def _run_env(services: Services) -> dict[str, str]:
+    """The environment of ``run``: no debug pages (a tenant must never see a traceback) and the
+    installation's own secret key, unless the environment sets either explicitly."""
+    env = _base_env(services, debug=False)
+    env.setdefault("DEBUG", "0")
+    if not env.get("SECRET_KEY"):
+        env["SECRET_KEY"] = secret_key_load(VAR)
+    return env
+
+
 def _manage(env: dict[str, str], *args: str) -> None:
     subprocess.run([PY, str(ROOT / "manage.py"), *args], check=True, env=env, cwd=ROOT)
 
@@ -183,19 +214,78 @@ def _gateway_reload(child: Child) -> None:
         child.process.send_signal(signal.SIGHUP)
 
 
+class _Stop(BaseException):
+    """Raised in the main thread by SIGINT or SIGTERM: unwinds ``run`` into its cleanup."""
+
+
+def _install_stop_handlers() -> None:
+    """Handle SIGINT and SIGTERM ourselves. A script's background job starts with SIGINT ignored
+    (non-interactive shells do that), and Python then leaves it ignored: Ctrl-C or ``kill -INT``
+    would do nothing. The first signal unwinds ``run``; later ones are ignored while it cleans up."""
+    stopping = threading.Event()
+
+    def _handler(signum, _frame) -> None:
+        if stopping.is_set():
+            return
+        stopping.set()
+        raise _Stop(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGINT, _handler)
+    signal.signal(signal.SIGTERM, _handler)
+
+
+def stop_children(children: list[Child], *, grace_s: float) -> None:
+    """SIGTERM every child's process group (each child leads its own session), wait up to
+    ``grace_s`` in all, then SIGKILL whatever is left, so stopping takes a bounded time."""
+    live = [c for c in children if c.process and c.process.poll() is None]
+    for child in reversed(live):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for child in live:
+        try:
+            child.process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _log("setup", f"{child.name} did not stop within {grace_s:.0f}s; killing it", "31")
+    for child in live:
+        # The group too: a child's own children (uvicorn's workers, Ray's processes) go with it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.process.wait(5)
+
+
 def run(argv: list[str]) -> int:
+    _install_stop_handlers()
     services = Services(database=os.environ.get("GOVERNOR_DB_NAME", "governor"), least_privilege=True)
-    services.start()
-    env = _base_env(services, debug=True)
+    children: list[Child] = []
+    try:
+        services.start()
+        _run_started(argv, services, children)
+    except _Stop as stop:
+        _log("setup", f"{stop.args[0] if stop.args else 'signal'} received")
+    finally:
+        _log("setup", "stopping")
+        stop_children(children, grace_s=float(os.environ.get("GOVERNOR_STOP_GRACE_S", "20")))
+        services.stop()
+    return 0
+
+
+def _run_started(argv: list[str], services: Services, children: list[Child]) -> None:
+    """Migrate, seed, start the children (appending each to ``children`` as it starts) and watch them."""
+    env = _run_env(services)
     # One start time for every process: statuses observed before it are shown as unknown.
     env["GOVERNOR_STARTED_AT"] = f"{time.time():.3f}"
     _log("setup", "applying migrations")
     _manage(env, "migrate", "--no-input")
     if "--no-demo" not in argv:
         _manage(env, "seed_demo")
+    # Before anything serves: the gateway's routes carry this start's statuses (unknown until Ray
+    # has been heard from), not the RUNNING left in Redis by the previous run.
+    _manage(env, "gateway_publish")
     web_port = os.environ.get("GOVERNOR_WEB_PORT", "8000")
     gateway_port = os.environ.get("GOVERNOR_GATEWAY_PORT", "8080")
-    children = [
+    planned = [
         Child(
             "web",
             [PY, "-m", "uvicorn", "governor.asgi:application", "--host", "127.0.0.1", "--port", web_port],
@@ -217,11 +307,11 @@ def run(argv: list[str]) -> int:
     ]
     gateway = _gateway_child(gateway_port)
     if gateway:
-        children.append(gateway)
+        planned.append(gateway)
     ray = _ray_head_child(env)
     if ray:
-        children.insert(0, ray)
-    for child in children:
+        planned.insert(0, ray)
+    for child in planned:
         child.process = subprocess.Popen(
             child.argv,
             cwd=ROOT,
@@ -231,39 +321,20 @@ def run(argv: list[str]) -> int:
             text=True,
             start_new_session=True,
         )
+        children.append(child)
         threading.Thread(target=_pump, args=(child, next(COLORS)), daemon=True).start()
     _log("setup", f"console  http://127.0.0.1:{web_port}/   (API docs /api/docs/)")
     _log("setup", f"gateway  http://127.0.0.1:{gateway_port}/v1")
-    _log("setup", "Ctrl-C stops everything")
-
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     if gateway:
         # SIGHUP to the launcher: replace the gateway's workers one at a time (each drains first).
         signal.signal(signal.SIGHUP, lambda *_: _gateway_reload(gateway))
         _log("setup", f"gateway  kill -HUP {os.getpid()} restarts its workers one at a time")
-    try:
-        while not stopping.is_set():
-            if any(c.process.poll() is not None for c in children if c.name in ("web", "worker")):
-                _log("setup", "a core process exited; stopping", "31")
-                break
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        _log("setup", "stopping")
-        for child in reversed(children):
-            if child.process and child.process.poll() is None:
-                os.killpg(child.process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        for child in children:
-            remaining = max(0.1, deadline - time.monotonic())
-            try:
-                child.process.wait(remaining)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.process.pid, signal.SIGKILL)
-        services.stop()
-    return 0
+    _log("setup", f"Ctrl-C (or kill -INT/-TERM {os.getpid()}) stops everything")
+    while True:
+        if any(c.process.poll() is not None for c in children if c.name in ("web", "worker")):
+            _log("setup", "a core process exited; stopping", "31")
+            return
+        time.sleep(0.5)
 
 
 def test(argv: list[str]) -> int:

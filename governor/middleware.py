@@ -6,6 +6,8 @@ from urllib.parse import unquote_to_bytes
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 
+from governor.text import BIDI_CONTROLS, strip_bidi_controls
+
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
@@ -44,3 +46,33 @@ def _bad_request(request: HttpRequest, where: str) -> HttpResponse:
     if request.path.startswith("/api/"):
         return JsonResponse({"detail": message}, status=400)
     return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
+
+
+class NeutraliseBidiControlsMiddleware:
+    """Strip bidirectional control characters from every HTML page.
+
+    Input refuses them (``governor.text``), but rows stored before that check, or written outside
+    the services, may hold them; a name with U+202E renders reversed wherever a template prints it.
+    Pages never need them (right-to-left text displays correctly without), so removing them at the
+    one place every page passes through covers every template and every field at once.
+    """
+
+    _BIDI = tuple(BIDI_CONTROLS)
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if response.streaming or not response.get("Content-Type", "").startswith("text/html"):
+            return response
+        charset = response.charset or "utf-8"
+        try:
+            text = response.content.decode(charset)
+        except (UnicodeDecodeError, LookupError):
+            return response
+        if any(c in text for c in self._BIDI):
+            response.content = strip_bidi_controls(text).encode(charset)
+            if response.has_header("Content-Length"):
+                response["Content-Length"] = str(len(response.content))
+        return response

@@ -24,7 +24,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,15 +34,10 @@ from pathlib import Path
 
 import httpx
 
+from procs import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 RAY_BIN = str(Path(sys.executable).with_name("ray"))
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

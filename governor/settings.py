@@ -66,6 +66,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "governor.middleware.RejectNulBytesMiddleware",
+    "governor.middleware.NeutraliseBidiControlsMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -207,8 +208,24 @@ AUDIT_OPERATIONAL_COLUMNS = {
 AUDIT_READER_CHECK = "governor.access.reads_everything"
 # A periodic check (drift, chain) whose latest result is older than this shows as stale, not green.
 AUDIT_CHECK_STALE_S = env_float("AUDIT_CHECK_STALE_S", 3600.0)
+# An unchanged passing result (the seal's, after every batch) is rewritten at most this often.
+AUDIT_CHECK_REFRESH_S = env_float("AUDIT_CHECK_REFRESH_S", 60.0)
+# Which public model names exist (the routes), for billing's price forms: billing sits below
+# deployments, so the project names the selector here (docs/decisions/0017).
+BILLING_PUBLIC_MODEL_NAMES = "deployments.selectors.route_public_names"
 # Redis key of the published chain head; empty = one key per database name (tests get their own).
 AUDIT_HEAD_KEY = env_str("AUDIT_HEAD_KEY", "")
+# Format 2 (ADR 0018): the Ed25519 signing key (a file, generated on first use with mode 0600, unless
+# GOVERNOR_AUDIT_SIGNING_KEY holds the seed) and the witness of signed checkpoints (by default an
+# append-only file per database under var/audit/; AUDIT_WITNESS_CLASS names another audit.witness.Witness).
+AUDIT_SIGNING_KEY_FILE = env_str("AUDIT_SIGNING_KEY_FILE", "")
+AUDIT_WITNESS_PATH = env_str("AUDIT_WITNESS_PATH", "")
+AUDIT_WITNESS_CLASS = env_str("AUDIT_WITNESS_CLASS", "")
+# Seal right after each commit on a background thread of the process (the request does not wait for
+# the seal's transaction); off, the committing thread seals (tests use that: deterministic).
+AUDIT_SEAL_IN_BACKGROUND = env_bool("AUDIT_SEAL_IN_BACKGROUND", True)
+# How long that thread gathers commits before sealing them together (seconds).
+AUDIT_SEAL_BATCH_DELAY_S = env_float("AUDIT_SEAL_BATCH_DELAY_S", 0.05)
 
 # Content-Security-Policy: no inline script anywhere (docs/decisions/0011). Behaviour lives in
 # static files; data for scripts travels in <script type="application/json"> blocks, which are
@@ -262,6 +279,11 @@ BENCHMARK_API_KEY = env_str("BENCHMARK_API_KEY", "")
 # The catalog asks this function whether a version's eval gates passed before it may be approved
 # (ADR 0007: the catalog names it here rather than importing the evaluations app).
 GOVERNOR_PROMOTION_GATE = "evaluations.selectors.version_gate_status"
+
+# Outbound calls to URLs users set (tenant webhooks) never reach loopback, private, link-local or
+# metadata addresses (governor.outbound, ADR 0016), except the destinations listed here by the
+# platform admin: host names, host:port, addresses or CIDR networks, comma-separated.
+OUTBOUND_ALLOWED_DESTINATIONS = env_list("OUTBOUND_ALLOWED_DESTINATIONS", [])
 
 # Budget notifications email tenant admins; the console backend (stdout) unless a real one is set.
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

@@ -23,10 +23,32 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_QUEUE = f"governor-test-{os.getpid()}"
 
 
+# What ``--fast`` leaves out: tests that start Ray clusters or vLLM, drive a browser, fuzz for
+# minutes, or are marked slow. The rest is the day-to-day loop (README, ADR 0023).
+SLOW_TIER_MARKERS = ("vllm", "ray", "browser", "fuzz", "slow")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        default=False,
+        help="the fast tier: leave out tests marked " + ", ".join(SLOW_TIER_MARKERS),
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     """Files that start real vLLM (the longest) go ahead of the rest. Serially they run first; under
     ``--dist loadfile`` (ADR 0013) pytest-xdist hands out the files with the most tests first, so
-    there this order decides only among files with the same number of tests."""
+    there this order decides only among files with the same number of tests.
+
+    Under ``--fast`` the slow tier is deselected (reported as deselected, not skipped)."""
+    if config.getoption("--fast"):
+        slow = [item for item in items if any(item.get_closest_marker(m) for m in SLOW_TIER_MARKERS)]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            slow_ids = {id(item) for item in slow}
+            items[:] = [item for item in items if id(item) not in slow_ids]
     heavy = {item.path for item in items if item.get_closest_marker("vllm")}
     items.sort(key=lambda item: item.path not in heavy)  # stable: order within a file is kept
 
@@ -44,6 +66,15 @@ def _ray_task_routes():
 def _fast_password_hashing(settings):
     """Hashing cost is irrelevant to what the tests check; PBKDF2 would dominate their run time."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _own_audit_witness(settings, tmp_path_factory):
+    """Each test database's chain starts empty: its signed checkpoints go to a fresh witness file,
+    never to one left by an earlier run of the same test database (ADR 0018)."""
+    settings.AUDIT_WITNESS_PATH = str(tmp_path_factory.mktemp("audit-witness") / "witness.jsonl")
+    # A test's own transaction is invisible to a background sealer's connection: seal in-thread.
+    settings.AUDIT_SEAL_IN_BACKGROUND = False
 
 
 @pytest.fixture

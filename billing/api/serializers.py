@@ -5,6 +5,10 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from billing.models import ApiKey, Budget, Membership, Price, Tenant, TenantLimits, UsageEvent
+from billing.selectors.focus import focus_sku_prices
+from billing.selectors.prices import public_model_exists
+from billing.services.budgets import PERCENT_MAX
+from billing.services.prices import PRICE_MAX_PER_MILLION
 
 
 class TenantSerializer(serializers.ModelSerializer):
@@ -43,6 +47,21 @@ class ApiKeySerializer(serializers.ModelSerializer):
 
 class PriceSerializer(serializers.ModelSerializer):
     effective_from = serializers.DateTimeField(required=False)
+    skus = serializers.SerializerMethodField(
+        help_text="The FOCUS SKU prices of this version (SkuId, SkuPriceId, PricingUnit, ListUnitPrice): "
+        "what the FOCUS export's rows reference."
+    )
+    input_per_million = serializers.DecimalField(
+        max_digits=12, decimal_places=3, min_value=0, max_value=PRICE_MAX_PER_MILLION
+    )
+    output_per_million = serializers.DecimalField(
+        max_digits=12, decimal_places=3, min_value=0, max_value=PRICE_MAX_PER_MILLION
+    )
+
+    def validate_public_model(self, value: str) -> str:
+        if not public_model_exists(public_model=value):
+            raise serializers.ValidationError(f"No route answers to {value!r}; create the route first.")
+        return value
 
     class Meta:
         model = Price
@@ -55,8 +74,12 @@ class PriceSerializer(serializers.ModelSerializer):
             "source",
             "note",
             "created_at",
+            "skus",
         ]
         read_only_fields = ["source", "created_at"]
+
+    def get_skus(self, obj) -> list[dict]:
+        return focus_sku_prices(price=obj)
 
 
 class BudgetSerializer(serializers.Serializer):
@@ -64,9 +87,11 @@ class BudgetSerializer(serializers.Serializer):
     amount_usd = serializers.DecimalField(max_digits=18, decimal_places=6, min_value=0)
     period = serializers.ChoiceField(choices=Budget.Period.choices, default=Budget.Period.MONTHLY)
     soft_threshold_percents = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=1000), default=list
+        child=serializers.IntegerField(min_value=1, max_value=PERCENT_MAX), default=list
     )
-    hard_cap_percent = serializers.IntegerField(min_value=1, allow_null=True, default=100)
+    hard_cap_percent = serializers.IntegerField(
+        min_value=1, max_value=PERCENT_MAX, allow_null=True, default=100
+    )
 
 
 class LimitsSerializer(serializers.ModelSerializer):

@@ -9,7 +9,6 @@ audit trail.
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.shortcuts import get_object_or_404
 from rest_framework import generics, status
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.exceptions import ValidationError as DrfValidationError
@@ -47,6 +46,7 @@ from governor.access import (
     can_read_tenant,
     is_platform_admin,
     reads_everything,
+    refuse_hidden_write,
     refuse_write,
     tenant_ids,
 )
@@ -142,6 +142,8 @@ class ApiKeyListCreate(generics.ListCreateAPIView):
         tenant = ser.validated_data["tenant"]
         if not can_manage_tenant_keys(request.user, tenant.pk):
             if not can_read_tenant(request.user, tenant.pk):
+                refuse_hidden_write(request, target_type="billing.tenant", target_id=tenant.pk, tenant_id=tenant.pk,
+                                    reason="Key for another tenant, answered as if it did not exist.")  # fmt: skip
                 raise DrfValidationError({"tenant": ["No such tenant."]})
             refuse_write(request, reason="Only this tenant's admins and platform admins create keys.")
             raise PermissionDenied("Only this tenant's admins and platform admins create keys.")
@@ -167,8 +169,12 @@ class ApiKeyRevoke(APIView):
     permission_classes = [IsPlatformUser]
 
     def post(self, request, pk: int):
-        key = get_object_or_404(ApiKey, pk=pk)
+        key = ApiKey.objects.filter(pk=pk).first()
+        if key is None:
+            raise NotFound("No such key.")  # the same answer as for another tenant's key
         if not can_read_tenant(request.user, key.tenant_id):
+            refuse_hidden_write(request, target_type="billing.apikey", target_id=key.pk, tenant_id=key.tenant_id,
+                                reason="Revoke of another tenant's key, answered as if it did not exist.")  # fmt: skip
             raise NotFound("No such key.")
         if not can_manage_tenant_keys(request.user, key.tenant_id):
             refuse_write(request, reason="Only this tenant's admins and platform admins revoke keys.")
@@ -210,8 +216,12 @@ class _TenantReadAdminWrite(BasePermission):
 
 
 def _tenant_for(request, slug: str) -> Tenant:
-    tenant = get_object_or_404(Tenant, slug=slug)
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None:
+        raise NotFound("No such tenant.")  # the same answer as for another tenant's
     if not can_read_tenant(request.user, tenant.pk):
+        refuse_hidden_write(request, target_type="billing.tenant", target_id=tenant.pk, tenant_id=tenant.pk,
+                            reason="Write to another tenant, answered as if it did not exist.")  # fmt: skip
         raise NotFound("No such tenant.")
     return tenant
 

@@ -51,10 +51,18 @@ class Budget(models.Model):
 
 
 class BudgetAlert(models.Model):
-    """A soft threshold crossed in one period (recorded once; the notification of record)."""
+    """A soft threshold crossed, or the hard cap reached (the gateway refusing), in one period.
+
+    Recorded once per tenant, period, kind and percent: the notification of record.
+    """
+
+    class Kind(models.TextChoices):
+        THRESHOLD = "threshold", "Soft threshold crossed"
+        CAP = "cap", "Hard cap reached: requests refused"
 
     tenant = models.ForeignKey("billing.Tenant", on_delete=models.CASCADE, related_name="budget_alerts")
     period_key = models.CharField(max_length=16)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.THRESHOLD)
     percent = models.PositiveIntegerField()
     spent_nanos = models.BigIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
@@ -62,10 +70,14 @@ class BudgetAlert(models.Model):
     class Meta:
         ordering = ["-created_at"]
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "period_key", "percent"], name="unique_budget_alert")
+            models.UniqueConstraint(
+                fields=["tenant", "period_key", "kind", "percent"], name="unique_budget_alert"
+            )
         ]
 
     def __str__(self) -> str:
+        if self.kind == self.Kind.CAP:
+            return f"{self.tenant} reached its hard cap in {self.period_key}: requests refused"
         return f"{self.tenant} passed {self.percent}% in {self.period_key}"
 
     @property

@@ -15,6 +15,7 @@ class Notification(models.Model):
 
     class Kind(models.TextChoices):
         BUDGET_THRESHOLD = "budget_threshold", "Budget threshold"
+        BUDGET_CAP = "budget_cap", "Budget hard cap: requests refused"
 
     tenant = models.ForeignKey("billing.Tenant", on_delete=models.CASCADE, related_name="notifications")
     kind = models.CharField(max_length=32, choices=Kind.choices)

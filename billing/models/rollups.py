@@ -16,9 +16,12 @@ from billing.models.money import NANOS_PER_USD
 
 
 class UsageRollup(models.Model):
-    """Requests, tokens, cost, errors and latency sketches of one bucket × tenant × model × version × key × deployment.
+    """Requests, tokens, cost, errors and latency sketches of one bucket × tenant × model × version × key ×
+    deployment × price version.
 
-    ``version_id``, ``api_key_id`` and ``deployment_id`` are 0 when the event had none, so that the
+    The price version is a dimension so that the FOCUS export can split a row into one charge per SKU
+    (input tokens, output tokens) at the unit prices actually billed (ADR 0022).
+    ``version_id``, ``api_key_id``, ``deployment_id`` and ``price_id`` are 0 when the event had none, so that the
     dimension tuple is a plain unique key (NULLs would make every such row distinct).
     """
 
@@ -35,6 +38,9 @@ class UsageRollup(models.Model):
     version_id = models.BigIntegerField(default=0)
     api_key_id = models.BigIntegerField(default=0)
     deployment_id = models.BigIntegerField(default=0)
+    price_id = models.BigIntegerField(
+        default=0, help_text="The price version the events were billed at (0: none); FOCUS rows need it."
+    )
     requests = models.BigIntegerField(default=0)
     errors = models.BigIntegerField(default=0)
     prompt_tokens = models.BigIntegerField(default=0)
@@ -57,6 +63,7 @@ class UsageRollup(models.Model):
                     "version_id",
                     "api_key_id",
                     "deployment_id",
+                    "price_id",
                 ],
                 name="unique_usage_rollup_bucket",
             )

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
+from dataclasses import dataclass
 from decimal import Decimal
 
+import redis
+from django.conf import settings
 from django.utils import timezone
 
 from billing.models import (
@@ -14,7 +18,10 @@ from billing.models import (
     Tenant,
 )
 from billing.selectors.usage import tenant_spend_nanos
+from gateway.limits import budget_hash_key
 from gateway.snapshot import period_key
+
+log = logging.getLogger(__name__)
 
 
 def period_bounds(*, period: str, at: dt.datetime) -> tuple[str, dt.datetime, dt.datetime]:
@@ -56,3 +63,40 @@ def budget_status(*, tenant: Tenant, at: dt.datetime | None = None) -> dict | No
         else Decimal(budget.hard_cap_nanos) / NANOS_PER_USD,
         "alerts": list(BudgetAlert.objects.filter(tenant=tenant, period_key=key).order_by("percent")),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayBudget:
+    """What the gateways' shared counters say about a tenant's period (nano-dollars)."""
+
+    spent_nanos: int
+    held_nanos: int
+    refused_at: dt.datetime | None  # first refusal at the hard cap this period, None if none yet
+
+
+def budget_gateway_state(*, tenant_id: int, period_key: str) -> GatewayBudget | None:
+    """The gateways' own view of a period: spend settled, holds of requests in flight, first refusal.
+
+    This is what the gateway admits against (``spent + held + worst case <= cap``), ahead of the
+    rollups by up to a minute and counting requests still running. None when the gateways have not
+    counted this period or Redis cannot be reached (the pages then fall back to Postgres).
+    """
+    url = getattr(settings, "GATEWAY_REDIS_URL", None) or settings.REDIS_URL
+    prefix = getattr(settings, "GATEWAY_KEY_PREFIX", "gw:")
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=2)
+        try:
+            raw = client.hgetall(budget_hash_key(prefix, tenant_id, period_key))
+        finally:
+            client.close()
+    except redis.RedisError as exc:
+        log.warning("cannot read the gateway's budget counters: %s", exc)
+        return None
+    if not raw:
+        return None
+    refused = raw.get(b"refused_at")
+    return GatewayBudget(
+        spent_nanos=int(raw.get(b"spent") or 0),
+        held_nanos=max(0, int(raw.get(b"held") or 0)),
+        refused_at=dt.datetime.fromtimestamp(int(refused), tz=dt.UTC) if refused else None,
+    )

@@ -10,7 +10,7 @@ from django.db.models.functions import TruncMonth, TruncWeek
 from django.utils import timezone
 
 from billing.models import NANOS_PER_USD, ApiKey, Budget, RollupCursor, Tenant, UsageRollup
-from billing.selectors.budgets import period_bounds
+from billing.selectors.budgets import budget_gateway_state, period_bounds
 from billing.sketches import sketch_merge, sketch_quantiles
 
 BUCKETS = ("day", "week", "month")
@@ -126,6 +126,32 @@ def latency_percentiles(*, tenant_id: int | None, since: dt.datetime, until: dt.
     }
 
 
+def spend_forecast(
+    *,
+    spent_nanos: int,
+    cap_nanos: int | None,
+    period_start: dt.datetime,
+    period_end: dt.datetime,
+    at: dt.datetime,
+) -> tuple[int, dt.datetime | None]:
+    """End-of-period spend at the period's average burn rate, and when that rate reaches the cap.
+
+    The cap date is None when nothing burns, there is no cap, the cap is already passed (the page
+    says so) or the date lies past the period. It is compared in seconds before any date is built:
+    a large cap over a tiny spend puts it centuries out, past ``datetime.max``.
+    """
+    elapsed = max((at - period_start).total_seconds(), 1.0)
+    length = (period_end - period_start).total_seconds()
+    rate = spent_nanos / elapsed  # nanos per second
+    forecast = int(rate * length)
+    if rate <= 0 or not cap_nanos or spent_nanos >= cap_nanos:
+        return forecast, None
+    offset_s = cap_nanos / rate
+    if offset_s >= length:
+        return forecast, None
+    return forecast, period_start + dt.timedelta(seconds=offset_s)
+
+
 def budget_burndown(*, tenant: Tenant, at: dt.datetime | None = None) -> dict | None:
     """Cumulative spend per day of the current budget period, with a linear end-of-period forecast.
 
@@ -139,6 +165,7 @@ def budget_burndown(*, tenant: Tenant, at: dt.datetime | None = None) -> dict | 
         return None
     at = at or timezone.now()
     key, start, end = period_bounds(period=budget.period, at=at)
+    cap = budget.hard_cap_nanos if budget.hard_cap_nanos is not None else budget.amount_nanos
     days = list(
         daily_rollups(tenant_id=tenant.pk, since=start, until=end)
         .values("bucket_start")
@@ -150,18 +177,11 @@ def budget_burndown(*, tenant: Tenant, at: dt.datetime | None = None) -> dict | 
         running += d["cost"] or 0
         cumulative.append({"day": d["bucket_start"], "spent_usd": _usd(running)})
     spent = running
-    elapsed = max((at - start).total_seconds(), 1.0)
-    length = (end - start).total_seconds()
-    rate = spent / elapsed  # nanos per second
-    forecast = int(rate * length)
-    cap = budget.hard_cap_nanos if budget.hard_cap_nanos is not None else budget.amount_nanos
-    cap_at = None
-    if rate > 0 and cap:
-        when = start + dt.timedelta(seconds=cap / rate)
-        cap_at = when if when < end else None
-        if spent >= cap:
-            cap_at = None  # already passed: the page says so from ``over_cap``
-    return {
+    forecast, cap_at = spend_forecast(
+        spent_nanos=spent, cap_nanos=cap, period_start=start, period_end=end, at=at
+    )
+    rate = spent / max((at - start).total_seconds(), 1.0)  # nanos per second, as the forecast's
+    burndown = {
         "budget": budget,
         "period_key": key,
         "period_start": start,
@@ -176,6 +196,36 @@ def budget_burndown(*, tenant: Tenant, at: dt.datetime | None = None) -> dict | 
         "days": cumulative,
         "formula": "forecast = spend so far ÷ time elapsed in the period × period length",
     }
+    return _as_the_gateway_sees_it(burndown, tenant_id=tenant.pk, at=at, rate=rate)
+
+
+def _as_the_gateway_sees_it(burndown: dict, *, tenant_id: int, at: dt.datetime, rate: float) -> dict:
+    """Make the cap figures agree with the gateway's refusals.
+
+    The rollups lag by up to a minute and know nothing of requests in flight, while the gateway
+    refuses a request once ``spent + held + its worst case`` passes the hard cap. So the cap time
+    comes from the gateway's counters: when it has refused, the cap was reached then (a past time,
+    in ``refusing_since``); otherwise it is when the room left, ``cap - spent - held``, runs out
+    at the period's burn rate.
+    """
+    budget = burndown["budget"]
+    cap = budget.hard_cap_nanos
+    gw = budget_gateway_state(tenant_id=tenant_id, period_key=burndown["period_key"])
+    burndown.update(refusing_since=None, held_usd=Decimal(0), room_usd=None)
+    if cap is None or gw is None:
+        return burndown
+    burndown["held_usd"] = _usd(gw.held_nanos)
+    room = max(0, cap - gw.spent_nanos - gw.held_nanos)
+    burndown["room_usd"] = _usd(room)
+    if gw.refused_at is not None:
+        burndown.update(refusing_since=gw.refused_at, cap_at=None, over_cap=True)
+    elif room == 0:
+        burndown.update(cap_at=None, over_cap=True)
+    elif rate > 0:
+        seconds = room / rate
+        left = (burndown["period_end"] - at).total_seconds()
+        burndown["cap_at"] = at + dt.timedelta(seconds=seconds) if seconds < left else None
+    return burndown
 
 
 def rollup_freshness() -> dict:

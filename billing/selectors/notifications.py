@@ -21,3 +21,8 @@ def unread_count(*, user, reads_everything: bool) -> int:
     return (
         notifications_visible_to(user=user, reads_everything=reads_everything).filter(is_read=False).count()
     )
+
+
+def notification_tenant_id(*, pk: int) -> int | None:
+    """The tenant a notification belongs to, whoever asks (to record a hidden cross-tenant attempt)."""
+    return Notification.objects.filter(pk=pk).values_list("tenant_id", flat=True).first()

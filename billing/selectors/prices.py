@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from billing.models import (
     Price,
@@ -57,3 +59,11 @@ def reprice_list() -> QuerySet:
     from billing.models import Reprice
 
     return Reprice.objects.select_related("price", "created_by").order_by("-created_at")
+
+
+def public_model_exists(*, public_model: str) -> bool:
+    """Whether a route answers to ``public_model`` (``settings.BILLING_PUBLIC_MODEL_NAMES`` says how)."""
+    path = getattr(settings, "BILLING_PUBLIC_MODEL_NAMES", "")
+    if not path:
+        return True  # a project without routes prices any name
+    return public_model in import_string(path)()

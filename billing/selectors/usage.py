@@ -90,6 +90,7 @@ def usage_request_samples(*, deployment_ids: list[int], since, until, limit: int
             "cost_nanos",
             "prompt_tokens",
             "completion_tokens",
+            "stream",
         )[:limit]
     )
     return [
@@ -97,11 +98,11 @@ def usage_request_samples(*, deployment_ids: list[int], since, until, limit: int
             "deployment_id": d,
             "started_at": at,
             "ttft_ms": ttft,
-            "tpot_ms": tpot,
+            "tpot_ms": tpot if stream else None,  # a non-streamed answer has no inter-token gap
             "status": status,
             "http_status": http,
             "cost_nanos": cost,
             "tokens": prompt + completion,
         }
-        for d, at, ttft, tpot, status, http, cost, prompt, completion in rows
+        for d, at, ttft, tpot, status, http, cost, prompt, completion, stream in rows
     ]

@@ -6,6 +6,7 @@ import logging
 from decimal import Decimal
 
 import orjson
+import redis
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -16,13 +17,18 @@ from billing.models import (
     BudgetAlert,
     Tenant,
 )
-from billing.selectors.budgets import period_bounds
+from billing.selectors.budgets import budget_gateway_state, period_bounds
 from billing.selectors.usage import tenant_spend_nanos
 from billing.services.gateway_config import gateway_prefix, gateway_redis, tenancy_section_publish_on_commit
 from billing.services.notifications import budget_notification_create
+from gateway.limits import budget_hash_key
 from gateway.snapshot import ALERTS_LIST
+from governor.text import REASON_MAX_CHARS
 
 log = logging.getLogger(__name__)
+
+# Ten times the budget: beyond that a "cap" caps nothing, and the figure is a typo.
+PERCENT_MAX = 1000
 
 
 @transaction.atomic
@@ -38,8 +44,15 @@ def budget_set(
 ) -> Budget:
     """Create or change a tenant's budget."""
     percents = sorted({int(p) for p in (soft_threshold_percents or [])})
-    if any(p <= 0 or p > 1000 for p in percents):
-        raise ValidationError({"soft_threshold_percents": "Thresholds are percentages between 1 and 1000."})
+    errors = {}
+    if any(p <= 0 or p > PERCENT_MAX for p in percents):
+        errors["soft_threshold_percents"] = f"Thresholds are percentages between 1 and {PERCENT_MAX}."
+    if hard_cap_percent is not None and not 1 <= hard_cap_percent <= PERCENT_MAX:
+        errors["hard_cap_percent"] = f"The hard cap is a percentage between 1 and {PERCENT_MAX} (or none)."
+    if len(reason or "") > REASON_MAX_CHARS:
+        errors["reason"] = f"At most {REASON_MAX_CHARS} characters."
+    if errors:
+        raise ValidationError(errors)
     stored = Budget.objects.filter(tenant=tenant).first()
     before = snapshot(stored) if stored is not None else None
     budget = stored or Budget(tenant=tenant)
@@ -47,12 +60,46 @@ def budget_set(
     budget.period = period
     budget.soft_threshold_percents = percents
     budget.hard_cap_percent = hard_cap_percent
-    budget.updated_by = actor if getattr(actor, "pk", None) else None
     budget.full_clean()
+    if stored is not None and not _budget_changed(stored=before, budget=budget):
+        # A save that changes nothing writes nothing: ``updated_at`` would move and the raw-write
+        # trigger would record a ``raw.update`` no service explains.
+        return stored
+    budget.updated_by = actor if getattr(actor, "pk", None) else None
     budget.save()
     audit_save(actor=actor, instance=budget, before=before, tenant_id=tenant.pk, reason=reason)
     tenancy_section_publish_on_commit()
+    transaction.on_commit(lambda: _refusal_mark_clear(tenant_id=tenant.pk, period=budget.period))
     return budget
+
+
+def _refusal_mark_clear(*, tenant_id: int, period: str) -> None:
+    """A changed budget may have room again: the next refusal, if any, is the one the page shows."""
+    pkey, _, _ = period_bounds(period=period, at=timezone.now())
+    r = gateway_redis()
+    try:
+        r.hdel(budget_hash_key(gateway_prefix(), tenant_id, pkey), "refused_at")
+    except redis.RedisError as exc:
+        log.warning("could not clear the gateway's refusal mark of tenant %s: %s", tenant_id, exc)
+    finally:
+        r.close()
+
+
+def _budget_changed(*, stored: dict, budget: Budget) -> bool:
+    """Whether the fields a person sets differ from the stored row (compared as the column stores them)."""
+    after = {
+        "amount_usd": Decimal(budget.amount_usd).quantize(Decimal("0.000001")),
+        "period": budget.period,
+        "soft_threshold_percents": list(budget.soft_threshold_percents),
+        "hard_cap_percent": budget.hard_cap_percent,
+    }
+    before = {
+        "amount_usd": Decimal(str(stored["amount_usd"])).quantize(Decimal("0.000001")),
+        "period": stored["period"],
+        "soft_threshold_percents": list(stored["soft_threshold_percents"] or []),
+        "hard_cap_percent": stored["hard_cap_percent"],
+    }
+    return after != before
 
 
 @transaction.atomic
@@ -97,21 +144,53 @@ def budget_alerts_record(*, at=None) -> int:
                 created += _alert_create(
                     tenant_id=budget.tenant_id, period_key=pkey, percent=int(pct), spent_nanos=spent
                 )
+        created += _cap_alert_record(budget=budget, period_key=pkey, spent_nanos=spent)
     return created
 
 
-def _alert_create(*, tenant_id: int, period_key: str, percent: int, spent_nanos: int) -> int:
+def _cap_alert_record(*, budget: Budget, period_key: str, spent_nanos: int) -> int:
+    """Notify once per period when the gateway starts refusing this tenant's requests at the hard cap.
+
+    The gateway marks its first refusal in the period's counters (``refused_at``); spend in Postgres
+    at or past the cap means refusals too, should Redis have lost the mark.
+    """
+    cap = budget.hard_cap_nanos
+    if cap is None:
+        return 0
+    gw = budget_gateway_state(tenant_id=budget.tenant_id, period_key=period_key)
+    refusing = (gw is not None and gw.refused_at is not None) or spent_nanos >= cap
+    if not refusing:
+        return 0
+    spent = max(spent_nanos, gw.spent_nanos if gw else 0)
+    return _alert_create(
+        tenant_id=budget.tenant_id,
+        period_key=period_key,
+        percent=budget.hard_cap_percent,
+        spent_nanos=spent,
+        kind=BudgetAlert.Kind.CAP,
+    )
+
+
+def _alert_create(
+    *, tenant_id: int, period_key: str, percent: int, spent_nanos: int, kind: str = BudgetAlert.Kind.THRESHOLD
+) -> int:
     if not Tenant.objects.filter(pk=tenant_id).exists():
         return 0  # deleted since the gateway pushed the crossing
-    if BudgetAlert.objects.filter(tenant_id=tenant_id, period_key=period_key, percent=percent).exists():
+    if BudgetAlert.objects.filter(
+        tenant_id=tenant_id, period_key=period_key, kind=kind, percent=percent
+    ).exists():
         return 0
     try:
         with transaction.atomic():
             alert = BudgetAlert.objects.create(
-                tenant_id=tenant_id, period_key=period_key, percent=percent, spent_nanos=spent_nanos
+                tenant_id=tenant_id,
+                period_key=period_key,
+                kind=kind,
+                percent=percent,
+                spent_nanos=spent_nanos,
             )
     except IntegrityError:
         return 0  # another worker recorded it first: it notifies, not us
-    log.warning("tenant %s passed %s%% of its budget in %s", tenant_id, percent, period_key)
+    log.warning("tenant %s: %s", tenant_id, alert)
     budget_notification_create(alert=alert)
     return 1

@@ -18,6 +18,7 @@ from billing.models import (
     TenantLimits,
 )
 from billing.services.gateway_config import tenancy_section_publish_on_commit
+from governor.text import bidi_error
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ def api_key_create(
     """Create a key; returns the row and the secret, which is shown once and never stored."""
     if expires_at is not None and expires_at <= timezone.now():
         raise ValidationError({"expires_at": "The expiry must be in the future."})
+    if bidi_error(name):
+        raise ValidationError({"name": bidi_error(name)})
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
     key = ApiKey(
         tenant=tenant,
@@ -107,15 +110,15 @@ def tenant_limits_set(
     """Set a tenant's rate limits and admission caps (0 = none)."""
     stored = TenantLimits.objects.filter(tenant=tenant).first()
     before = snapshot(stored) if stored is not None else None
-    limits, _ = TenantLimits.objects.update_or_create(
-        tenant=tenant,
-        defaults={
-            "rpm_limit": rpm_limit,
-            "tpm_limit": tpm_limit,
-            "max_input_tokens": max_input_tokens,
-            "max_output_tokens": max_output_tokens,
-        },
-    )
+    wanted = {
+        "rpm_limit": rpm_limit,
+        "tpm_limit": tpm_limit,
+        "max_input_tokens": max_input_tokens,
+        "max_output_tokens": max_output_tokens,
+    }
+    if stored is not None and all(getattr(stored, k) == v for k, v in wanted.items()):
+        return stored  # nothing changed: no write, so no ``updated_at`` move for the raw trigger to record
+    limits, _ = TenantLimits.objects.update_or_create(tenant=tenant, defaults=wanted)
     audit_save(actor=actor, instance=limits, before=before, tenant_id=tenant.pk, reason=reason)
     tenancy_section_publish_on_commit()
     return limits

@@ -6,8 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import smtplib
-import urllib.error
-import urllib.request
 
 import orjson
 from django.core.exceptions import ValidationError
@@ -19,6 +17,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from billing.models import BudgetAlert, Membership, Notification, Tenant, TenantWebhook, WebhookDelivery
 from billing.models.money import NANOS_PER_USD
+from governor.outbound import OutboundRefused, outbound_request, url_check
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +48,26 @@ def budget_notification_create(*, alert: BudgetAlert) -> Notification:
     budget = getattr(tenant, "budget", None)
     amount = f"${budget.amount_usd:.2f} {budget.period}" if budget else "its budget"
     spent = alert.spent_nanos / NANOS_PER_USD
-    title = f"{tenant.name} passed {alert.percent}% of {amount} ({alert.period_key})"
-    body = (
-        f"Spend in period {alert.period_key} reached ${spent:.4f}, past the {alert.percent}% threshold of "
-        f"{amount}. See the tenant's cost page for the burn-down and forecast."
-    )
+    if alert.kind == BudgetAlert.Kind.CAP:
+        kind = Notification.Kind.BUDGET_CAP
+        title = f"{tenant.name}: requests refused, hard cap of {amount} reached ({alert.period_key})"
+        body = (
+            f"The gateway is refusing {tenant.name}'s requests (HTTP 429, budget_exceeded): spend in period "
+            f"{alert.period_key} is ${spent:.4f} and, with requests in flight, no room is left under the "
+            f"hard cap of {alert.percent}% of {amount}. Raise the budget or the cap to serve again; "
+            "otherwise requests are served from the next period on."
+        )
+        event = "budget.cap_reached"
+    else:
+        kind = Notification.Kind.BUDGET_THRESHOLD
+        title = f"{tenant.name} passed {alert.percent}% of {amount} ({alert.period_key})"
+        body = (
+            f"Spend in period {alert.period_key} reached ${spent:.4f}, past the {alert.percent}% threshold of "
+            f"{amount}. See the tenant's cost page for the burn-down and forecast."
+        )
+        event = "budget.threshold_crossed"
     payload = {
-        "event": "budget.threshold_crossed",
+        "event": event,
         "tenant": tenant.slug,
         "period": alert.period_key,
         "percent": alert.percent,
@@ -65,7 +77,7 @@ def budget_notification_create(*, alert: BudgetAlert) -> Notification:
     with transaction.atomic():
         note = Notification.objects.create(
             tenant=tenant,
-            kind=Notification.Kind.BUDGET_THRESHOLD,
+            kind=kind,
             alert=alert,
             title=title,
             body=body,
@@ -115,30 +127,31 @@ def webhook_deliver(*, delivery_id: int, now: dt.datetime | None = None) -> str:
         body = orjson.dumps(
             {**note.payload, "notification_id": note.pk, "title": note.title, "body": note.body}
         )
-        request = urllib.request.Request(
-            d.url,
-            data=body,
-            method="POST",
-            headers={
-                "Content-Type": "application/json",
-                "User-Agent": "governor-webhooks/1",
-                # Receivers deduplicate retries on this.
-                "X-Governor-Delivery": str(d.pk),
-                "X-Governor-Event": note.payload.get("event", note.kind),
-            },
-        )
         d.attempts += 1
+        refused = False
         try:
-            with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_S) as resp:  # noqa: S310 - admin-set URL
-                code = resp.status
-            error = "" if 200 <= code < 300 else f"HTTP {code}"
-        except urllib.error.HTTPError as exc:
-            error = f"HTTP {exc.code}"
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+            # Checked again at send time (DNS answers change since the URL was saved), and the
+            # connection goes to the checked address: a tenant admin cannot reach internal services.
+            resp = outbound_request(
+                d.url,
+                body=body,
+                timeout=WEBHOOK_TIMEOUT_S,
+                headers={
+                    "Content-Type": "application/json",
+                    "User-Agent": "governor-webhooks/1",
+                    # Receivers deduplicate retries on this.
+                    "X-Governor-Delivery": str(d.pk),
+                    "X-Governor-Event": note.payload.get("event", note.kind),
+                },
+            )
+            error = "" if 200 <= resp.status < 300 else f"HTTP {resp.status}"
+        except OutboundRefused as exc:
+            error, refused = f"refused: {exc}"[:500], True
+        except (OSError, TimeoutError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
         if not error:
             d.status, d.delivered_at, d.last_error = WebhookDelivery.Status.DELIVERED, timezone.now(), ""
-        elif d.attempts >= WEBHOOK_MAX_ATTEMPTS:
+        elif refused or d.attempts >= WEBHOOK_MAX_ATTEMPTS:
             d.status, d.last_error = WebhookDelivery.Status.FAILED, error
         else:
             d.last_error = error
@@ -167,6 +180,11 @@ def tenant_webhook_set(*, tenant: Tenant, url: str, actor) -> TenantWebhook | No
         TenantWebhook.objects.filter(tenant=tenant).delete()
         hook = None
     else:
+        try:
+            # First, so that an internal address gets the reason rather than a generic "bad URL".
+            url_check(url, unresolved_ok=True)
+        except OutboundRefused as exc:
+            raise ValidationError({"url": f"This URL cannot be used: {exc}."}) from exc
         try:
             URLValidator(schemes=["http", "https"])(url)
         except ValidationError as exc:

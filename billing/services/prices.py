@@ -19,6 +19,33 @@ from billing.services.gateway_config import tenancy_section_publish_on_commit
 
 log = logging.getLogger(__name__)
 
+# A price above this per million tokens is a typo (the dearest public models cost a few hundred).
+PRICE_MAX_PER_MILLION = Decimal("10000")
+# How far back a new price may start: the time to fill in the form. Re-pricing the past is
+# ``reprice_record``'s job, which leaves the events as billed and records the difference.
+PRICE_BACKDATE_GRACE = dt.timedelta(minutes=5)
+
+
+def price_bounds_check(
+    *, input_per_million: Decimal, output_per_million: Decimal, effective_from: dt.datetime | None
+) -> None:
+    """Refuse absurd prices and backdated ones (the forms and the API reach here through the services)."""
+    errors = {}
+    for field, value in (
+        ("input_per_million", input_per_million),
+        ("output_per_million", output_per_million),
+    ):
+        if value is not None and value > PRICE_MAX_PER_MILLION:
+            errors[field] = f"At most ${PRICE_MAX_PER_MILLION} per million tokens."
+    if effective_from is not None and effective_from < timezone.now() - PRICE_BACKDATE_GRACE:
+        errors["effective_from"] = (
+            "A new price cannot start in the past; to bill a past period at another price, "
+            "use Re-price (it records the difference and leaves the events as billed)."
+        )
+    if errors:
+        raise ValidationError(errors)
+
+
 _PRICE_FIELDS = [
     "public_model",
     "input_per_million",
@@ -41,6 +68,11 @@ def price_set(
     source: str = "manual",
 ) -> Price:
     """Add a price version for a public model (prices are never edited in place: history stays)."""
+    price_bounds_check(
+        input_per_million=input_per_million,
+        output_per_million=output_per_million,
+        effective_from=effective_from,
+    )
     price = Price(
         public_model=public_model,
         input_per_million=input_per_million,
@@ -84,6 +116,11 @@ def price_publish(
         errors["provenance"] = "A derived price records its formula and inputs."
     if errors:
         raise ValidationError(errors)
+    price_bounds_check(
+        input_per_million=input_per_million,
+        output_per_million=output_per_million,
+        effective_from=effective_from,
+    )
     price = Price(
         public_model=public_model,
         input_per_million=input_per_million,
@@ -139,6 +176,8 @@ def reprice_record(
         errors["price"] = f"Price #{price.pk} is for {price.public_model}, not {public_model}."
     if not (reason or "").strip():
         errors["reason"] = "Say why the period is re-priced."
+    elif len(reason) > Reprice._meta.get_field("reason").max_length:
+        errors["reason"] = f"At most {Reprice._meta.get_field('reason').max_length} characters."
     if errors:
         raise ValidationError(errors)
     by_tenant, billed_total, repriced_total = [], 0, 0

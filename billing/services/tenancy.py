@@ -15,15 +15,23 @@ from billing.models import (
     Tenant,
 )
 from billing.services.gateway_config import tenancy_section_publish_on_commit
+from governor.text import bidi_error
 
 log = logging.getLogger(__name__)
 
 TENANT_FIELDS = ("name", "slug", "is_active")
 
 
+def _refuse_bidi(name: str) -> None:
+    error = bidi_error(name or "")
+    if error:
+        raise ValidationError({"name": error})
+
+
 @transaction.atomic
 def tenant_create(*, name: str, slug: str | None = None, actor) -> Tenant:
     """Create an active tenant; the slug defaults to the slugified name."""
+    _refuse_bidi(name)
     tenant = Tenant(name=(name or "").strip(), slug=slug or slugify(name or ""))
     tenant.full_clean()
     tenant.save()
@@ -47,6 +55,8 @@ def tenant_update(
     A deactivated tenant's members lose access to it and the gateway refuses its keys at the next
     snapshot; its rows stay for billing and audit.
     """
+    if name is not None:
+        _refuse_bidi(name)
     locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
     before = fields_of(locked, TENANT_FIELDS)
     if name is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views import View
@@ -76,14 +77,19 @@ class BudgetEditView(PlatformAdminRequiredMixin, View):
         if not form.is_valid():
             return render(request, "billing/budget_form.html", {"tenant": tenant, "form": form}, status=400)
         d = form.cleaned_data
-        budget_set(
-            tenant=tenant,
-            amount_usd=d["amount_usd"],
-            period=d["period"],
-            soft_threshold_percents=d["soft_threshold_percents"],
-            hard_cap_percent=d["hard_cap_percent"],
-            actor=request.user,
-        )
+        try:
+            budget_set(
+                tenant=tenant,
+                amount_usd=d["amount_usd"],
+                period=d["period"],
+                soft_threshold_percents=d["soft_threshold_percents"],
+                hard_cap_percent=d["hard_cap_percent"],
+                actor=request.user,
+            )
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+            return render(request, "billing/budget_form.html", {"tenant": tenant, "form": form}, status=400)
         tenant_limits_set(
             tenant=tenant,
             rpm_limit=d["rpm_limit"],

@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import io
-import json
 
-from django.http import Http404, HttpResponse
+from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.views import View
 
 from billing.forms import CostRangeForm
 from billing.models import Tenant
+from billing.selectors import focus
 from billing.selectors.costs import (
     budget_burndown,
     cost_breakdown,
     cost_series,
-    daily_rollups,
     latency_percentiles,
     rollup_freshness,
 )
@@ -108,71 +106,56 @@ class TenantCostView(PlatformUserRequiredMixin, View):
         return render(request, "billing/tenant_cost.html", context)
 
 
-def _cost_csv(tenant: Tenant, since, until, bucket) -> HttpResponse:
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(
-        ["bucket_start", "bucket", "requests", "errors", "prompt_tokens", "completion_tokens", "cost_usd"]
-    )
-    for s in cost_series(tenant_id=tenant.pk, since=since, until=until, bucket=bucket):
-        w.writerow(
-            [s["bucket"].isoformat(), bucket, s["requests"], s["errors"], s["prompt_tokens"],
-             s["completion_tokens"], f"{s['cost_usd']:.9f}"]
-        )  # fmt: skip
-    response = HttpResponse(buf.getvalue(), content_type="text/csv")
-    response["Content-Disposition"] = (
-        f'attachment; filename="cost-{tenant.slug}-{since:%Y%m%d}-{until:%Y%m%d}.csv"'
-    )
+class _Echo:
+    """A write-only file for ``csv.writer`` that hands the line back instead of buffering it."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def _csv_stream(header: list[str], rows, *, lines_per_chunk: int = 500):
+    """CSV text in chunks of ``lines_per_chunk`` lines: memory stays bounded whatever the row count."""
+    w = csv.writer(_Echo())
+    chunk = [w.writerow(header)]
+    for row in rows:
+        chunk.append(w.writerow(row))
+        if len(chunk) >= lines_per_chunk:
+            yield "".join(chunk)
+            chunk = []
+    if chunk:
+        yield "".join(chunk)
+
+
+def _attachment(lines, filename: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(lines, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
 
-# FinOps FOCUS (v1.x) columns that apply to token-metered inference. One row per day × model ×
-# version × key × deployment; list and effective cost equal the billed cost (no discounts or credits).
-FOCUS_COLUMNS = [
-    "BillingAccountId", "BillingAccountName", "BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart",
-    "ChargePeriodEnd", "BilledCost", "EffectiveCost", "ListCost", "ContractedCost", "BillingCurrency",
-    "PricingQuantity", "PricingUnit", "ConsumedQuantity", "ConsumedUnit", "ServiceName", "ServiceCategory",
-    "ProviderName", "PublisherName", "InvoiceIssuerName", "ResourceId", "ResourceName", "ResourceType",
-    "SubAccountId", "SubAccountName", "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargeFrequency",
-    "Tags",
-]  # fmt: skip
+def _cost_csv(tenant: Tenant, since, until, bucket) -> StreamingHttpResponse:
+    header = [
+        "bucket_start",
+        "bucket",
+        "requests",
+        "errors",
+        "prompt_tokens",
+        "completion_tokens",
+        "cost_usd",
+    ]
+    rows = (
+        [s["bucket"].astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), bucket, s["requests"], s["errors"],
+         s["prompt_tokens"], s["completion_tokens"], f"{s['cost_usd']:.9f}"]
+        for s in cost_series(tenant_id=tenant.pk, since=since, until=until, bucket=bucket)
+    )  # fmt: skip
+    return _attachment(_csv_stream(header, rows), f"cost-{tenant.slug}-{since:%Y%m%d}-{until:%Y%m%d}.csv")
 
 
-def _month_bounds(day: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
-    start = day.replace(day=1)
-    end = dt.datetime(start.year + (start.month == 12), start.month % 12 + 1, 1, tzinfo=dt.UTC)
-    return start, end
-
-
-def _focus_csv(tenant: Tenant, since, until) -> HttpResponse:
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(FOCUS_COLUMNS)
-    rows = daily_rollups(tenant_id=tenant.pk, since=since, until=until).order_by(
-        "bucket_start", "public_model", "api_key_id"
+def _focus_csv(tenant: Tenant, since, until) -> StreamingHttpResponse:
+    """FOCUS 1.2 as CSV (ADR 0022): an empty field is a null, as FOCUS's CSV convention reads it."""
+    rows = (
+        ["" if row.get(c) is None else row[c] for c in focus.COLUMNS]
+        for row in focus.focus_rows(tenant=tenant, since=since, until=until)
     )
-    for r in rows.iterator(chunk_size=2000):
-        day = r.bucket_start.astimezone(dt.UTC)
-        bp_start, bp_end = _month_bounds(day)
-        tokens = r.prompt_tokens + r.completion_tokens
-        cost = f"{r.cost_usd:.9f}"
-        tags = {"api_key_id": r.api_key_id or None, "model_version_id": r.version_id or None,
-                "deployment_id": r.deployment_id or None, "requests": r.requests, "errors": r.errors,
-                "input_tokens": r.prompt_tokens, "output_tokens": r.completion_tokens}  # fmt: skip
-        w.writerow(
-            [
-                "governor", "Governor platform", bp_start.isoformat(), bp_end.isoformat(), day.isoformat(),
-                (day + dt.timedelta(days=1)).isoformat(), cost, cost, cost, cost, "USD",
-                f"{tokens / 1_000_000:.6f}", "1M Tokens", tokens, "Tokens", "Governor LLM inference",
-                "AI and Machine Learning", "Governor", "Governor", "Governor",
-                f"model/{r.public_model}" + (f"/version/{r.version_id}" if r.version_id else ""),
-                r.public_model, "LLM model", tenant.slug, tenant.name, "Usage", "",
-                f"{r.public_model}: {r.requests} requests, {r.prompt_tokens} input + {r.completion_tokens} output tokens",
-                "Usage-Based", json.dumps(tags, sort_keys=True),
-            ]
-        )  # fmt: skip
-    response = HttpResponse(buf.getvalue(), content_type="text/csv")
-    response["Content-Disposition"] = (
-        f'attachment; filename="focus-{tenant.slug}-{since:%Y%m%d}-{until:%Y%m%d}.csv"'
+    return _attachment(
+        _csv_stream(focus.COLUMNS, rows), f"focus-{tenant.slug}-{since:%Y%m%d}-{until:%Y%m%d}.csv"
     )
-    return response

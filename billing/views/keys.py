@@ -22,34 +22,43 @@ from governor.access import (
     can_manage_tenant_keys,
     can_read_tenant,
     reads_everything,
+    refuse_hidden_write,
     refuse_write,
     tenant_ids,
 )
+
+
+def _key_list_page(request, *, form: ApiKeyCreateForm | None = None, status: int = 200):
+    """The key list with the create form; a refused create comes back here with its errors shown."""
+    keys = api_keys_visible_to(
+        user=request.user,
+        reads_everything=reads_everything(request.user),
+        tenant_ids=tenant_ids(request.user),
+    )
+    managed = managed_tenants(request)
+    page = Paginator(keys, PAGE_SIZE).get_page(request.GET.get("page"))
+    managed_ids = set(managed.values_list("pk", flat=True))
+    if form is None and managed_ids:
+        form = ApiKeyCreateForm(tenants=managed)
+    return render(
+        request,
+        "billing/apikey_list.html",
+        {
+            "page": page,
+            "qs": query_without_page(request),
+            "managed_ids": managed_ids,
+            "form": form,
+            "gateway_url": settings.GATEWAY_PUBLIC_URL,
+        },
+        status=status,
+    )
 
 
 class ApiKeyListView(PlatformUserRequiredMixin, View):
     """Keys of the tenants the user can see, and the create form for those they manage."""
 
     def get(self, request):
-        keys = api_keys_visible_to(
-            user=request.user,
-            reads_everything=reads_everything(request.user),
-            tenant_ids=tenant_ids(request.user),
-        )
-        managed = managed_tenants(request)
-        page = Paginator(keys, PAGE_SIZE).get_page(request.GET.get("page"))
-        managed_ids = set(managed.values_list("pk", flat=True))
-        return render(
-            request,
-            "billing/apikey_list.html",
-            {
-                "page": page,
-                "qs": query_without_page(request),
-                "managed_ids": managed_ids,
-                "form": ApiKeyCreateForm(tenants=managed) if managed_ids else None,
-                "gateway_url": settings.GATEWAY_PUBLIC_URL,
-            },
-        )
+        return _key_list_page(request)
 
 
 class ApiKeyCreateView(PlatformUserRequiredMixin, View):
@@ -62,7 +71,7 @@ class ApiKeyCreateView(PlatformUserRequiredMixin, View):
             raise PermissionDenied("Only tenant admins and platform admins create keys.")
         form = ApiKeyCreateForm(request.POST, tenants=managed)
         if not form.is_valid():
-            return render(request, "billing/apikey_form.html", {"form": form}, status=400)
+            return _key_list_page(request, form=form, status=400)
         d = form.cleaned_data
         try:
             key, secret = api_key_create(
@@ -76,7 +85,7 @@ class ApiKeyCreateView(PlatformUserRequiredMixin, View):
             )
         except ValidationError as exc:
             form.add_error(None, exc)
-            return render(request, "billing/apikey_form.html", {"form": form}, status=400)
+            return _key_list_page(request, form=form, status=400)
         response = render(
             request,
             "billing/apikey_created.html",
@@ -90,6 +99,8 @@ class ApiKeyRevokeView(PlatformUserRequiredMixin, View):
     def post(self, request, pk: int):
         key = get_object_or_404(ApiKey, pk=pk)
         if not can_read_tenant(request.user, key.tenant_id):
+            refuse_hidden_write(request, target_type="billing.apikey", target_id=key.pk, tenant_id=key.tenant_id,
+                                reason="Revoke of another tenant's key, answered as if it did not exist.")  # fmt: skip
             raise Http404("No such key.")
         if not can_manage_tenant_keys(request.user, key.tenant_id):
             refuse_write(request, reason="Only this tenant's admins and platform admins revoke keys.")

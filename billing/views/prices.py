@@ -50,14 +50,19 @@ class PriceCreateView(PlatformAdminRequiredMixin, View):
         if not form.is_valid():
             return render(request, "billing/price_list.html", _context(request, form=form), status=400)
         d = form.cleaned_data
-        price_set(
-            public_model=d["public_model"],
-            input_per_million=d["input_per_million"],
-            output_per_million=d["output_per_million"],
-            effective_from=d.get("effective_from"),
-            note=d.get("note", ""),
-            actor=request.user,
-        )
+        try:
+            price_set(
+                public_model=d["public_model"],
+                input_per_million=d["input_per_million"],
+                output_per_million=d["output_per_million"],
+                effective_from=d.get("effective_from"),
+                note=d.get("note", ""),
+                actor=request.user,
+            )
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+            return render(request, "billing/price_list.html", _context(request, form=form), status=400)
         messages.success(request, f"New price for {d['public_model']} saved.")
         url = reverse("billing:price_list")
         return HttpResponseClientRedirect(url) if request.htmx else redirect(url)

@@ -8,6 +8,7 @@ from catalog import selectors, services
 from catalog.api.serializers import (
     GpuTypeSerializer,
     LifecycleSerializer,
+    MemoryEstimateQuerySerializer,
     MemoryEstimateSerializer,
     ModelSerializer,
     ModelVersionSerializer,
@@ -56,13 +57,26 @@ class ModelVersionViewSet(ServiceModelViewSet):
             raise serializers.ValidationError(exc.message_dict) from exc
         return Response(ModelVersionSerializer(version).data)
 
-    @extend_schema(responses=MemoryEstimateSerializer(many=True))
+    @extend_schema(parameters=[MemoryEstimateQuerySerializer], responses=MemoryEstimateSerializer(many=True))
     @action(detail=True, methods=["get"], url_path="memory-estimates")
     def memory_estimates(self, request, pk=None):
-        """The smallest fitting tensor-parallel size per GPU type, or why it does not fit."""
+        """The smallest fitting tensor-parallel size per GPU type, or why it does not fit (vLLM V1 accounting)."""
         version = self.get_object()
-        rows = services.model_version_memory_estimates(
-            version=version, gpu_types=list(selectors.gpu_type_list())
-        )
+        query = MemoryEstimateQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        q = query.validated_data
+        gpu = q.get("gpu")
+        try:
+            rows = services.model_version_memory_estimates(
+                version=version,
+                gpu_types=[gpu] if gpu else list(selectors.gpu_type_list()),
+                precision=q.get("weight_precision"),
+                kv_cache_dtype=q.get("kv_cache_dtype"),
+                context_len=q.get("context_len"),
+                gpu_memory_utilization=q["gpu_memory_utilization"],
+                max_num_batched_tokens=q.get("max_num_batched_tokens"),
+            )
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError({"detail": exc.messages}) from exc
         data = [row["shown"].as_dict() for row in rows]
         return Response(MemoryEstimateSerializer(data, many=True).data)

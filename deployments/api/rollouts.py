@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action, api_view, permission_classes
 from rest_framework.generics import get_object_or_404
@@ -13,8 +13,11 @@ from deployments.api.views import _drf_error
 from deployments.models import AnalysisRun, Deployment, ModelRoute, Rollout
 from deployments.rollouts import selectors, services
 from deployments.rollouts.plan import TEMPLATES
+from deployments.rollouts.schemas import CHECKS as CHECKS_SCHEMA
+from deployments.rollouts.schemas import STEPS as STEPS_SCHEMA
 from deployments.services import deployment_faults_set
 from governor.access import ReadsEverythingOrAdmin
+from governor.jsonschemas import openapi_30
 
 
 class AnalysisRunSerializer(serializers.ModelSerializer):
@@ -64,15 +67,25 @@ class RolloutSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+@extend_schema_field(openapi_30(STEPS_SCHEMA))
+class StepsField(serializers.JSONField):
+    """A plan's steps; the OpenAPI document shows ``rollouts.schemas.STEPS``, the service enforces it."""
+
+
+@extend_schema_field(openapi_30(CHECKS_SCHEMA))
+class ChecksField(serializers.JSONField):
+    """A plan's checks; the OpenAPI document shows ``rollouts.schemas.CHECKS``."""
+
+
 class RolloutCreateSerializer(serializers.Serializer):
     route = serializers.PrimaryKeyRelatedField(queryset=ModelRoute.objects.all())
     stable = serializers.PrimaryKeyRelatedField(queryset=Deployment.objects.live())
     canary = serializers.PrimaryKeyRelatedField(queryset=Deployment.objects.live())
     template = serializers.ChoiceField(choices=sorted(TEMPLATES), required=False, allow_blank=True)
-    steps = serializers.JSONField(
+    steps = StepsField(
         required=False, help_text="set_weight / pause / analysis steps; overrides the template's"
     )
-    checks = serializers.JSONField(required=False, help_text="analysis checks; overrides the template's")
+    checks = ChecksField(required=False, help_text="analysis checks; overrides the template's")
     failure_limit = serializers.IntegerField(required=False, min_value=0)
     sla_ttft_ms = serializers.FloatField(required=False, default=1000)
     sla_tpot_ms = serializers.FloatField(required=False, default=50)
@@ -96,7 +109,7 @@ class FaultsSerializer(serializers.Serializer):
     ttft_extra_ms = serializers.FloatField(required=False, min_value=0)
     decode_slowdown = serializers.FloatField(required=False, min_value=1)
     error_rate = serializers.FloatField(required=False, min_value=0, max_value=1)
-    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
 
 class RolloutViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

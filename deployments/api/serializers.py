@@ -105,8 +105,15 @@ class ModelRouteSerializer(serializers.ModelSerializer):
             "description",
             "long_context_threshold_tokens",
             "allowed_tenants",
+            "free_reason",
             "targets",
             "created_at",
             "updated_at",
         ]
-        read_only_fields = ["created_at", "updated_at"]
+        # Only POST .../free/ changes it, with a reason, audited (ADR 0022).
+        read_only_fields = ["free_reason", "created_at", "updated_at"]
+
+
+class RouteFreeSerializer(serializers.Serializer):
+    free = serializers.BooleanField()
+    reason = serializers.CharField(max_length=500)

@@ -14,6 +14,7 @@ from deployments.api.serializers import (
     DeploymentSerializer,
     ModelRouteSerializer,
     ReconcileRunSerializer,
+    RouteFreeSerializer,
     RouteTargetSerializer,
     ScaleSerializer,
 )
@@ -125,6 +126,21 @@ class ModelRouteViewSet(viewsets.ModelViewSet):
 
     def perform_destroy(self, instance):
         services.model_route_delete(route=instance, actor=self.request.user)
+
+    @extend_schema(request=RouteFreeSerializer, responses=ModelRouteSerializer)
+    @action(detail=True, methods=["post"])
+    def free(self, request, pk=None):
+        """Mark the route served at $0 on purpose (or take the mark off), with a reason (audited).
+        Unmarked, a model with no price in force is refused for tenants with a budget."""
+        body = RouteFreeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            route = services.model_route_free_set(
+                route=self.get_object(), actor=request.user, **body.validated_data
+            )
+        except DjangoValidationError as exc:
+            raise _drf_error(exc) from exc
+        return Response(ModelRouteSerializer(route).data)
 
 
 class RouteTargetViewSet(viewsets.ModelViewSet):

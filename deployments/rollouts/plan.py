@@ -12,8 +12,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SET_WEIGHT, PAUSE, ANALYSIS = "set_weight", "pause", "analysis"
-STEP_KINDS = (SET_WEIGHT, PAUSE, ANALYSIS)
+from deployments.rollouts.schemas import (  # noqa: F401  (re-exported: the plan's vocabulary)
+    ANALYSIS,
+    MAX_PAUSE_S,
+    MAX_STEPS,
+    MAX_WINDOW_S,
+    MIN_WINDOW_S,
+    PAUSE,
+    SET_WEIGHT,
+    STEP_KINDS,
+)
+from deployments.rollouts.schemas import PLAN as PLAN_SCHEMA
+from governor.jsonschemas import schema_errors
 
 
 @dataclass(frozen=True)
@@ -37,12 +47,9 @@ METRICS: dict[str, Metric] = {
     )
 }
 
-MIN_WINDOW_S, MAX_WINDOW_S = 5, 86_400
 # An analysis with too few samples measures again over a longer window, by default up to this
 # many times its own window, before it gives up and pauses the rollout.
 DEFAULT_WINDOW_GROWTH = 3
-MAX_PAUSE_S = 7 * 86_400
-MAX_STEPS = 50
 
 
 def default_checks(min_samples: int = 20) -> list[dict]:
@@ -98,71 +105,49 @@ class PlanError(ValueError):
     """A plan that cannot run; ``errors`` maps a field (steps, checks, failure_limit) to messages."""
 
     def __init__(self, errors: dict[str, list[str]]) -> None:
-        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        super().__init__("; ".join(m for messages in errors.values() for m in messages))
         self.errors = errors
 
 
-def _int(value, name: str, lo: int, hi: int, errors: list[str]) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
-        errors.append(f"{name} must be a whole number.")
-        return None
-    if not lo <= value <= hi:
-        errors.append(f"{name} must be between {lo} and {hi} (got {value}).")
-        return None
-    return int(value)
+def _plan_errors(schema: dict, document: dict) -> dict[str, list[str]]:
+    """The schema's messages keyed by the plan's field (steps, checks, failure_limit)."""
+    errors: dict[str, list[str]] = {}
+    for path, message in schema_errors(schema, document):
+        errors.setdefault(str(path[0]) if path else "steps", []).append(message)
+    return errors
 
 
-def validate_steps(steps: object) -> list[dict]:
-    """The normalised steps, or PlanError naming the first problems found."""
+def _forward_steps(steps: list[dict]) -> list[dict]:
+    """Rules across steps (the schema checked each step alone), and the default longest windows."""
     errors: list[str] = []
-    if not isinstance(steps, list) or not steps:
-        raise PlanError({"steps": ["A plan needs at least one step (a list)."]})
-    if len(steps) > MAX_STEPS:
-        raise PlanError({"steps": [f"At most {MAX_STEPS} steps."]})
     out: list[dict] = []
     weight = 0
-    for i, step in enumerate(steps, start=1):
-        where = f"Step {i}"
-        if not isinstance(step, dict) or step.get("kind") not in STEP_KINDS:
-            errors.append(f"{where}: kind must be one of {', '.join(STEP_KINDS)}.")
-            continue
-        kind = step["kind"]
-        if kind == SET_WEIGHT:
-            w = _int(step.get("weight"), f"{where}: weight (percent)", 0, 100, errors)
-            if w is None:
-                continue
+    for i, step in enumerate(steps):
+        where = f"steps[{i}]"
+        if step["kind"] == SET_WEIGHT:
+            w = int(step["weight"])
             if w < weight:
                 errors.append(
-                    f"{where}: weight {w} % is below the previous {weight} %; a rollout only moves forward."
+                    f"{where}.weight: {w} % is below the previous {weight} %; a rollout only moves forward."
                 )
-                continue
-            weight = w
-            out.append({"kind": kind, "weight": w})
-        elif kind == PAUSE:
+            weight = max(weight, w)
+            out.append({"kind": SET_WEIGHT, "weight": w})
+        elif step["kind"] == PAUSE:
             seconds = step.get("seconds")
-            if seconds in (None, ""):
-                out.append({"kind": kind})
-            else:
-                s = _int(seconds, f"{where}: pause seconds", 1, MAX_PAUSE_S, errors)
-                if s is not None:
-                    out.append({"kind": kind, "seconds": s})
-        else:
-            if weight == 0:
-                errors.append(
-                    f"{where}: an analysis before any canary traffic measures nothing; set a weight first."
-                )
-                continue
-            s = _int(
-                step.get("window_s"), f"{where}: analysis window seconds", MIN_WINDOW_S, MAX_WINDOW_S, errors
+            out.append({"kind": PAUSE} if seconds is None else {"kind": PAUSE, "seconds": int(seconds)})
+        elif weight == 0:
+            errors.append(
+                f"{where}: an analysis before any canary traffic measures nothing; set a weight first."
             )
-            if s is None:
-                continue
+        else:
+            s = int(step["window_s"])
             most = step.get("max_window_s")
-            if most in (None, ""):
-                most = min(s * DEFAULT_WINDOW_GROWTH, MAX_WINDOW_S)
-            m = _int(most, f"{where}: longest analysis window seconds", s, MAX_WINDOW_S, errors)
-            if m is not None:
-                out.append({"kind": kind, "window_s": s, "max_window_s": m})
+            most = min(s * DEFAULT_WINDOW_GROWTH, MAX_WINDOW_S) if most is None else int(most)
+            if most < s:
+                errors.append(
+                    f"{where}.max_window_s (longest analysis window seconds): must be at least window_s ({s})."
+                )
+            out.append({"kind": ANALYSIS, "window_s": s, "max_window_s": most})
     if not errors and weight != 100:
         errors.append(f"The steps end at {weight} % canary traffic; the last weight must be 100 %.")
     if errors:
@@ -170,64 +155,50 @@ def validate_steps(steps: object) -> list[dict]:
     return out
 
 
-def validate_checks(checks: object, *, failure_limit: object, has_analysis: bool) -> list[dict]:
-    errors: list[str] = []
-    if not isinstance(checks, list):
-        raise PlanError({"checks": ["Checks must be a list."]})
-    if has_analysis and not checks:
-        errors.append("The plan has analysis steps but no checks.")
-    out: list[dict] = []
-    seen: set[tuple[str, bool]] = set()
-    for i, check in enumerate(checks, start=1):
-        where = f"Check {i}"
-        if not isinstance(check, dict) or check.get("metric") not in METRICS:
-            errors.append(f"{where}: metric must be one of {', '.join(METRICS)}.")
-            continue
-        metric = check["metric"]
-        relative = bool(check.get("relative", False))
-        limit = check.get("limit")
-        if isinstance(limit, bool) or not isinstance(limit, int | float) or limit < 0:
-            errors.append(f"{where} ({metric}): limit must be a number ≥ 0.")
-            continue
-        if metric in ("error_rate", "sla_attainment") and not relative and limit > 1:
-            errors.append(f"{where} ({metric}): an absolute limit is a fraction between 0 and 1.")
-            continue
-        if relative and limit == 0:
-            errors.append(f"{where} ({metric}): a relative limit is a ratio to stable and must be > 0.")
-            continue
-        n = _int(check.get("min_samples", 20), f"{where} ({metric}): min_samples", 1, 1_000_000, errors)
-        if n is None:
-            continue
-        if (metric, relative) in seen:
-            errors.append(f"{where}: {metric} is checked twice the same way.")
-            continue
-        seen.add((metric, relative))
-        out.append({"metric": metric, "limit": float(limit), "relative": relative, "min_samples": n})
+def validate_steps(steps: object) -> list[dict]:
+    """The normalised steps, or PlanError naming every problem found."""
+    errors = _plan_errors(PLAN_SCHEMA, {"steps": steps, "checks": [], "failure_limit": 0})
     if errors:
-        raise PlanError({"checks": errors})
-    fl_errors: list[str] = []
-    fl = _int(failure_limit, "failure_limit", 0, max(len(out) - 1, 0), fl_errors)
-    if fl is None:
-        raise PlanError({"failure_limit": [*fl_errors, "It must be smaller than the number of checks."]})
-    return out
+        raise PlanError(errors)
+    return _forward_steps(steps)  # type: ignore[arg-type]
 
 
 def validate_plan(
     *, steps: object, checks: object, failure_limit: object
 ) -> tuple[list[dict], list[dict], int]:
-    """Normalised ``(steps, checks, failure_limit)``; PlanError with every field's problems."""
-    errors: dict[str, list[str]] = {}
+    """Normalised ``(steps, checks, failure_limit)``; PlanError with every field's problems.
+
+    The schema (``schemas.PLAN``) first, then the rules across items it cannot say.
+    """
+    errors = _plan_errors(PLAN_SCHEMA, {"steps": steps, "checks": checks, "failure_limit": failure_limit})
     clean_steps: list[dict] = []
-    clean_checks: list[dict] = []
-    try:
-        clean_steps = validate_steps(steps)
-    except PlanError as exc:
-        errors.update(exc.errors)
-    has_analysis = any(s["kind"] == ANALYSIS for s in clean_steps) or bool(errors)
-    try:
-        clean_checks = validate_checks(checks, failure_limit=failure_limit, has_analysis=has_analysis)
-    except PlanError as exc:
-        errors.update(exc.errors)
+    if "steps" not in errors:
+        try:
+            clean_steps = _forward_steps(steps)  # type: ignore[arg-type]
+        except PlanError as exc:
+            errors.update(exc.errors)
+    if "checks" in errors:
+        raise PlanError(errors)
+    clean_checks = [
+        {"metric": c["metric"], "limit": float(c["limit"]), "relative": c.get("relative", False),
+         "min_samples": int(c.get("min_samples", 20))}
+        for c in checks  # type: ignore[union-attr]
+    ]  # fmt: skip
+    has_analysis = "steps" in errors or any(s["kind"] == ANALYSIS for s in clean_steps)
+    check_errors = []
+    if has_analysis and not clean_checks:
+        check_errors.append("checks: the plan has analysis steps but no checks.")
+    seen: set[tuple[str, bool]] = set()
+    for i, c in enumerate(clean_checks):
+        if (c["metric"], c["relative"]) in seen:
+            check_errors.append(f"checks[{i}]: {c['metric']} is checked twice the same way.")
+        seen.add((c["metric"], c["relative"]))
+    if check_errors:
+        errors["checks"] = check_errors
+    elif "failure_limit" not in errors and int(failure_limit) >= max(len(clean_checks), 1):  # type: ignore[arg-type]
+        errors["failure_limit"] = [
+            f"failure_limit: must be smaller than the number of checks ({len(clean_checks)}) (got {failure_limit})."
+        ]
     if errors:
         raise PlanError(errors)
     return clean_steps, clean_checks, int(failure_limit)  # type: ignore[arg-type]

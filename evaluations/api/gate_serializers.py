@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from evaluations.constants import GateKind, GateMode
 from evaluations.models import EvalRun, EvalSuiteVersion, GateDecision, GateRun
+from evaluations.schemas import GATE_POLICY
+from governor.jsonschemas import openapi_30
 
 
 class SuiteUploadSerializer(serializers.Serializer):
@@ -68,11 +71,17 @@ class EvalRunSerializer(serializers.ModelSerializer):
                   "concurrency", "snapshot", "created_at", "started_at", "finished_at"]  # fmt: skip
 
 
+@extend_schema_field(openapi_30(GATE_POLICY))
+class GatePolicyField(serializers.JSONField):
+    """The policy's three gates; the OpenAPI document shows ``evaluations.schemas.GATE_POLICY``."""
+
+
 class GateStatusSerializer(serializers.Serializer):
     passed = serializers.BooleanField()
     override = serializers.BooleanField()
     policy_id = serializers.IntegerField(allow_null=True)
     policy_number = serializers.IntegerField(allow_null=True)
+    policy = GatePolicyField(allow_null=True, help_text="The current policy's limits (none: no policy yet)")
     gpu_type = serializers.CharField(allow_null=True)
     gates = serializers.ListField(child=serializers.DictField())
     blocking = serializers.ListField(child=serializers.CharField())

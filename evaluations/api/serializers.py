@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from catalog.selectors import gpu_type_list, model_version_list
 from deployments.selectors import deployment_list
 from evaluations.constants import DEFAULT_SLA, DEFAULT_WORKLOAD, Api, RunKind, RunMode, RunStatus, TargetKind
 from evaluations.models import BenchmarkRun
+from evaluations.schemas import SLA, STAGE, WORKLOAD
+from governor.jsonschemas import openapi_30
+
+
+@extend_schema_field(openapi_30(WORKLOAD))
+class WorkloadField(serializers.JSONField):
+    """A benchmark workload (``evaluations.schemas.WORKLOAD``)."""
+
+
+@extend_schema_field(openapi_30(SLA))
+class SlaField(serializers.JSONField):
+    """Per-request SLA limits in ms (``evaluations.schemas.SLA``)."""
+
+
+@extend_schema_field(openapi_30(STAGE))
+class StageField(serializers.JSONField):
+    """How each stage runs (``evaluations.schemas.STAGE``)."""
 
 
 class BenchmarkRunFilterSerializer(serializers.Serializer):
@@ -38,12 +56,12 @@ class BenchmarkRunCreateSerializer(serializers.Serializer):
     gpus = serializers.IntegerField(required=False, allow_null=True, min_value=0)
     tensor_parallel = serializers.IntegerField(default=1, min_value=1)
     replicas = serializers.IntegerField(default=1, min_value=1)
-    workload = serializers.JSONField(default=lambda: dict(DEFAULT_WORKLOAD))
+    workload = WorkloadField(default=lambda: dict(DEFAULT_WORKLOAD))
     sampling = serializers.JSONField(required=False)
-    sla = serializers.JSONField(default=lambda: dict(DEFAULT_SLA))
+    sla = SlaField(default=lambda: dict(DEFAULT_SLA))
     ladder = serializers.ListField(child=serializers.FloatField(min_value=0.0), required=False, default=list)
     sweep = serializers.JSONField(required=False, default=dict)
-    stage = serializers.JSONField(required=False, default=dict)
+    stage = StageField(required=False, default=dict)
 
     def validate(self, attrs):
         for name in ("workload", "sla", "sweep", "stage"):

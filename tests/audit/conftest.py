@@ -1,4 +1,4 @@
-"""Audit test helpers: a private published-head key per test, tampering as a superuser would."""
+"""Audit test helpers: a private published-head key and witness per test, tampering as a superuser would."""
 
 from __future__ import annotations
 
@@ -11,9 +11,15 @@ from audit.head import head_forget
 
 
 @pytest.fixture(autouse=True)
-def _own_head_key(settings):
-    """Each test publishes its chain head under its own Redis key, and removes it afterwards."""
+def _own_head_key(settings, tmp_path):
+    """Each test publishes its chain head under its own Redis key, signs with its own key and
+    witnesses its checkpoints in its own file, and removes the Redis key afterwards."""
     settings.AUDIT_HEAD_KEY = f"governor:audit:head:test:{uuid.uuid4().hex}"
+    settings.AUDIT_WITNESS_PATH = str(tmp_path / "audit-witness.jsonl")
+    settings.AUDIT_SIGNING_KEY_FILE = str(tmp_path / "audit-signing-key")
+    from audit import alarms
+
+    alarms._last_ok.clear()
     yield
     head_forget()
 

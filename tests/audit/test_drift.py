@@ -23,10 +23,11 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from audit.checks import chain_check_run, check_results, drift_check_run
+from audit.checks import check_results, drift_check_run
 from audit.drift import drift_findings
 from audit.models import AuditCheck
 from audit.raw_capture import SERVICE_FLAG
+from audit.services import audit_verify_record
 from billing.services.prices import price_set
 from billing.services.tenancy import membership_set, tenant_create, tenant_delete, tenant_update
 from tests.audit.conftest import tamper
@@ -150,7 +151,7 @@ def test_audit_verify_passes_when_nothing_drifted(price):
 
 
 def test_health_is_red_after_a_drift_check_finds_something_and_green_when_both_pass(price):
-    chain_check_run()
+    audit_verify_record()  # the chain check, as audit.verify stores it
     drift_check_run()
     assert check_results().state == "ok"
     tamper("UPDATE billing_price SET input_per_million = 0.001 WHERE id = %s", (price.pk,))
@@ -162,7 +163,7 @@ def test_health_is_red_after_a_drift_check_finds_something_and_green_when_both_p
 
 
 def test_audit_page_shows_the_red_badge_and_the_finding_without_pressing_verify(auditor_client, price):
-    chain_check_run()
+    audit_verify_record()  # the chain check, as audit.verify stores it
     drift_check_run()
     page = auditor_client.get("/audit/").content.decode()
     assert 'id="audit-health" data-state="ok"' in page

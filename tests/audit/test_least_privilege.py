@@ -278,6 +278,6 @@ def test_migration_installs_the_functions_and_lockdown_this_module_describes():
 
     from audit import privileges
 
-    migration = importlib.import_module("audit.migrations.0003_least_privilege_and_checks")
+    migration = importlib.import_module("audit.migrations.0004_least_privilege")
     assert migration.FUNCTIONS_SQL == privileges.FUNCTIONS_SQL
     assert migration.LOCKDOWN_SQL == privileges.LOCKDOWN_SQL

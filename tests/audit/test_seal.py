@@ -48,10 +48,10 @@ def test_seal_continues_the_chain_across_batches_and_calls():
 def test_sealed_hash_is_recomputable_from_the_stored_row():
     record_events(1)
     audit_seal()
-    from audit.chain import event_hash
+    from audit.format import leaf_hash
 
     event = AuditEvent.objects.get()
-    assert event_hash(event_record(event)) == event.hash
+    assert leaf_hash(event_record(event)) == event.hash
     assert event_record(event)["after"] == {"n": 1, "note": "café ✓"}
 
 
@@ -138,3 +138,47 @@ def test_writers_and_the_after_commit_seal_never_wait_for_a_busy_sealer():
         assert AuditEvent.objects.get().hash is None
         other.execute("SELECT pg_advisory_unlock(%s)", [SEAL_LOCK_KEY])
     assert audit_seal().index == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_default_background_sealer_seals_soon_after_commit_off_the_writers_thread(settings):
+    """Production default: the commit only wakes the process's sealer thread, which seals on its
+    own connection (the writer does not wait for the seal's transaction)."""
+    import time
+
+    from audit import services
+
+    settings.AUDIT_SEAL_IN_BACKGROUND = True
+    try:
+        with transaction.atomic():
+            audit_record(actor="controller", action="thing.change", object_type="tests.thing", object_id=1)
+        deadline = time.monotonic() + 30
+        while AuditEvent.objects.filter(hash__isnull=True).exists():
+            assert time.monotonic() < deadline, "the background sealer never sealed the event"
+            time.sleep(0.05)  # polling the condition, under a deadline
+        sealer = services._sealer
+        assert sealer is not None and sealer[1].name == "audit-sealer"
+        assert sealer[1] is not threading.current_thread()
+        assert AuditEvent.objects.get().chain_index == 0
+    finally:
+        services.background_sealer_stop()  # its connection would keep the test database from being dropped
+
+
+def test_a_passing_seal_result_is_rewritten_once_it_is_older_than_the_refresh_so_last_ran_stays_true(
+    settings,
+):
+    """The seal runs after every commit; its unchanged OK is not rewritten each time, but the badge's
+    'last ran' must not freeze at the first run of a healthy process either."""
+    from audit.models import AuditCheck
+
+    settings.AUDIT_CHECK_REFRESH_S = 3600.0
+    record_events(1)
+    audit_seal()
+    first = AuditCheck.objects.get(name="seal").checked_at
+    record_events(1)
+    audit_seal()
+    assert AuditCheck.objects.get(name="seal").checked_at == first  # within the refresh: no write
+    settings.AUDIT_CHECK_REFRESH_S = 0.0
+    record_events(1)
+    audit_seal()
+    assert AuditCheck.objects.get(name="seal").checked_at > first  # older than the refresh: rewritten

@@ -108,6 +108,9 @@ def test_key_revoke_by_role(role, status, role_clients, tenant_admin_client, ten
     "role,status", [("admin", 201), ("auditor", 403), ("member", 403), ("outsider", 403), ("anon", DENIED)]
 )
 def test_price_create_by_role(role, status, role_clients):
+    from tests.deployments.factories import ModelRouteFactory
+
+    ModelRouteFactory(public_name="sim-llama")
     r = role_clients[role].post(
         reverse("api-price-list"),
         {"public_model": "sim-llama", "input_per_million": "0.2", "output_per_million": "0.6"},

@@ -170,6 +170,9 @@ def test_budget_edit_by_role(role, status, role_clients, tenant):
     "role,status", [("admin", 302), ("auditor", 403), ("member", 403), ("outsider", 403), ("anon", 302)]
 )
 def test_price_create_by_role(role, status, role_clients):
+    from tests.deployments.factories import ModelRouteFactory
+
+    ModelRouteFactory(public_name="sim-llama")
     data = {"public_model": "sim-llama", "input_per_million": "0.5", "output_per_million": "1.5"}
     assert role_clients[role].post(reverse("billing:price_create"), data).status_code == status
     assert Price.objects.exists() == (role == "admin")
@@ -179,18 +182,17 @@ def test_price_lookup_uses_the_version_in_force(admin_user):
     from billing.selectors.prices import price_for
 
     now = timezone.now()
-    price_set(
+    # Past versions are history (the services refuse to backdate a new price): seeded as rows.
+    Price.objects.create(
         public_model="m",
         input_per_million=Decimal("1"),
         output_per_million=Decimal("2"),
-        actor=admin_user,
         effective_from=now - dt.timedelta(days=2),
     )
-    p2 = price_set(
+    p2 = Price.objects.create(
         public_model="m",
         input_per_million=Decimal("3"),
         output_per_million=Decimal("4"),
-        actor=admin_user,
         effective_from=now - dt.timedelta(hours=1),
     )
     price_set(

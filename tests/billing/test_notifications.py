@@ -59,6 +59,16 @@ class Receiver:
 
 
 @pytest.fixture
+def allow(settings):
+    """The platform admin allows a loopback receiver (internal addresses are refused otherwise)."""
+
+    def _allow(receiver: Receiver) -> None:
+        settings.OUTBOUND_ALLOWED_DESTINATIONS = [f"127.0.0.1:{receiver.server.server_address[1]}"]
+
+    return _allow
+
+
+@pytest.fixture
 def budget(tenant, admin_user, tenant_admin_user):
     return budget_set(
         tenant=tenant,
@@ -90,9 +100,10 @@ def test_a_threshold_notifies_once_per_period_and_again_after_the_reset(tenant, 
     assert len(mail.outbox) == 3
 
 
-def test_webhook_is_retried_with_backoff_until_delivered(tenant, budget, admin_user):
+def test_webhook_is_retried_with_backoff_until_delivered(tenant, budget, admin_user, allow):
     receiver = Receiver([500, 200])
     try:
+        allow(receiver)
         tenant_webhook_set(tenant=tenant, url=receiver.url, actor=admin_user)
         make_event(tenant, at=DAY1, cost=600_000_000)
         budget_alerts_record(at=DAY1 + dt.timedelta(hours=1))
@@ -116,9 +127,10 @@ def test_webhook_is_retried_with_backoff_until_delivered(tenant, budget, admin_u
         receiver.close()
 
 
-def test_webhook_gives_up_after_the_last_attempt(tenant, budget, admin_user):
+def test_webhook_gives_up_after_the_last_attempt(tenant, budget, admin_user, allow):
     receiver = Receiver([503])
     try:
+        allow(receiver)
         tenant_webhook_set(tenant=tenant, url=receiver.url, actor=admin_user)
         make_event(tenant, at=DAY1, cost=600_000_000)
         budget_alerts_record(at=DAY1 + dt.timedelta(hours=1))
@@ -170,3 +182,45 @@ def test_tenant_webhook_permissions_and_validation(tenant_admin_client, role_cli
     assert tenant_admin_client.post(url, {"url": "https://hooks.example.com/acme"}).status_code == 302
     assert TenantWebhook.objects.get(tenant=tenant).url == "https://hooks.example.com/acme"
     assert AuditEvent.objects.filter(action="tenant_webhook.set").count() == 1
+
+
+@pytest.mark.parametrize(
+    "hook",
+    [
+        "http://127.0.0.1:6379/",
+        "http://localhost:8265/api/jobs/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://2130706433/",
+        "http://10.0.0.7/",
+    ],
+)
+def test_a_tenant_admin_cannot_point_the_webhook_at_an_internal_address(tenant_admin_client, tenant, hook):
+    r = tenant_admin_client.post(reverse("billing:tenant_webhook", args=[tenant.slug]), {"url": hook})
+    assert r.status_code == 400
+    text = r.content.decode()
+    assert "cannot be used" in text and "OUTBOUND_ALLOWED_DESTINATIONS" in text
+    assert "navbar" in text and 'id="notifications"' in text  # the console's page, not a bare text
+    assert not TenantWebhook.objects.exists()
+    assert not AuditEvent.objects.filter(action="tenant_webhook.set").exists()
+
+
+def test_the_send_path_checks_again_and_never_calls_an_internal_address(
+    tenant, budget, admin_user, allow, settings
+):
+    """Saved while allowed (or while its name resolved elsewhere): the delivery is refused when the
+    destination is internal at send time, fails at once and records why; nothing is POSTed."""
+    receiver = Receiver([200])
+    try:
+        allow(receiver)
+        tenant_webhook_set(tenant=tenant, url=receiver.url, actor=admin_user)
+        settings.OUTBOUND_ALLOWED_DESTINATIONS = []
+        make_event(tenant, at=DAY1, cost=600_000_000)
+        budget_alerts_record(at=DAY1 + dt.timedelta(hours=1))
+        d = WebhookDelivery.objects.get()
+        assert webhook_deliver(delivery_id=d.pk, now=d.next_attempt_at) == "failed"
+        d.refresh_from_db()
+        assert d.last_error.startswith("refused: 127.0.0.1 is a loopback address") and d.attempts == 1
+        assert receiver.calls == []
+    finally:
+        receiver.close()

@@ -40,7 +40,8 @@ def catalog_data(db):
 
 def test_admin_filters_versions_and_reads_memory_estimates(page, live_server, admin_user, catalog_data):
     login(page, live_server.url, "admin")
-    page.click("text=Catalog")
+    page.click("nav >> text=Models & gates")
+    page.click("nav >> text=Catalog")
     page.select_option("select[name=precision]", "fp8")
     page.wait_for_function("() => !document.querySelector('#version-table').innerText.includes('405B')")
     rows = page.locator("#version-table tbody tr")
@@ -83,3 +84,29 @@ def test_admin_creates_version_and_sees_field_errors_first(page, live_server, ad
     page.wait_for_url(re.compile(r".*/catalog/versions/\d+/$"))
     assert "w4a16-awq" in page.content()
     assert ModelVersion.objects.get(label="w4a16-awq").created_by == admin_user
+
+
+def test_member_reads_where_memory_goes_in_the_kv_calculator(page, live_server, member_user, catalog_data):
+    login(page, live_server.url, "member")
+    page.goto(f"{live_server.url}/catalog/kv/")
+    version = ModelVersion.objects.get(label="fp8")
+    page.select_option("select[name=version]", str(version.pk))
+    page.select_option("select[name=gpu_type]", label="H100 SXM")
+    page.fill("input[name=context_len]", "8192")
+    page.fill("input[name=concurrency]", "16")
+    page.click("#kv-form button")
+    figures = page.locator("#kv-figures")
+    figures.wait_for()
+    text = figures.inner_text()
+    for part in (
+        "Weights: embeddings",
+        "Weights: decoder layers",
+        "Weights: lm_head",
+        "Activation peak",
+        "KV pool",
+    ):
+        assert part in text
+    # fp8 quantizes the decoder's linear layers only: embeddings and lm_head stay 16-bit (1002.0 MB each).
+    assert figures.locator("[data-part=embeddings]").inner_text() == "1002.0\xa0MB"
+    assert figures.locator("[data-part=lm_head]").inner_text() == "1002.0\xa0MB"
+    assert "vLLM V1" in text

@@ -56,6 +56,7 @@ def test_tenant_sees_spend_over_time_and_a_derived_price(page, live_server, memb
     assert page.locator("#total-cost").inner_text() == "$6.0000"
     assert MODEL in page.locator("#by-model").inner_text()
 
+    page.click("nav >> text=Cost & budgets")
     page.click("nav >> text=Prices")
     cell = page.locator(".provenance").first
     text = cell.inner_text()
@@ -74,6 +75,7 @@ def test_planner_answers_h100_vs_h200(page, live_server, admin_user, celery_work
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     login(page, live_server.url, "admin")
+    page.click("nav >> text=Serving & rollouts")
     page.click("nav >> text=Planner")
     page.fill("#id_name", "chat launch")
     page.fill("#id_peak_qps", "20")

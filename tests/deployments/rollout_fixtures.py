@@ -80,6 +80,7 @@ def usage(
             status=status,
             error_type="" if status == "ok" else "upstream_error",
             http_status=200 if status == "ok" else 502,
+            stream=True,  # streamed, so TPOT is defined
             started_at=at,
             finished_at=at,
             received_at=at,

@@ -182,6 +182,7 @@ def test_routing_table_shape_for_the_gateway(settings, target):
         "llama-3.1-8b": {
             "long_context_threshold": None,
             "tenant_ids": None,
+            "free": False,
             "targets": [
                 {
                     "deployment_id": d.pk,
@@ -192,6 +193,9 @@ def test_routing_table_shape_for_the_gateway(settings, target):
                     "weight": 100,
                     "pool": "online",
                     "status": "RUNNING",
+                    "tokens_per_image": None,
+                    "task": "generate",
+                    "max_model_len": d.max_model_len,
                 }
             ],
         }

@@ -202,3 +202,34 @@ def test_unknown_gpu_gets_no_accelerator_type(vllm_fp8):
     vllm_fp8.gpu_type = GpuTypeFactory(name="Homebrew X1")
     (llm,) = compile_application(vllm_fp8)["args"]["llm_configs"]
     assert "accelerator_type" not in llm
+
+
+def test_an_embedding_deployment_runs_vllms_pooling_runner(vllm_fp8):
+    """Checked against vLLM's own engine arguments: ``runner="pooling"`` with ``convert="embed"``."""
+    vllm_fp8.task = "embed"
+    (llm,) = compile_application(vllm_fp8)["args"]["llm_configs"]
+    kwargs = llm["engine_kwargs"]
+    assert (kwargs["runner"], kwargs["convert"]) == ("pooling", "embed")
+    try:
+        import typing
+
+        from vllm.config.model import ConvertOption, RunnerOption
+        from vllm.engine.arg_utils import AsyncEngineArgs
+    except (ImportError, OSError) as exc:
+        pytest.skip(f"vLLM is not importable here: {exc}")
+    fields = AsyncEngineArgs.__dataclass_fields__
+    assert "runner" in fields and "convert" in fields
+    assert kwargs["runner"] in typing.get_args(RunnerOption)
+    assert kwargs["convert"] in typing.get_args(ConvertOption)
+    vllm_fp8.task = "generate"
+    (llm,) = compile_application(vllm_fp8)["args"]["llm_configs"]
+    assert "runner" not in llm["engine_kwargs"]
+
+
+def test_an_embedding_deployment_on_vllm_cpu_gets_the_pooling_runner_flags(vllm_cpu):
+    from engines.vllm_cpu import engine_kwargs_to_args
+
+    vllm_cpu.task = "embed"
+    engine = compile_application(vllm_cpu)["args"]["engine"]
+    flags = engine_kwargs_to_args({k: engine[k] for k in ("runner", "convert")})
+    assert flags == ["--runner", "pooling", "--convert", "embed"]

@@ -53,3 +53,42 @@ def test_the_launcher_gives_every_process_one_start_time():
 
     launcher = (Path(__file__).resolve().parents[2] / "governor" / "launcher.py").read_text()
     assert 'env["GOVERNOR_STARTED_AT"]' in launcher
+
+
+def _published_status(prefix: str, slug: str) -> str:
+    import orjson
+    import redis
+    from django.conf import settings
+
+    from gateway.publish import section_key
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        routes = orjson.loads(client.get(prefix + section_key("routes")))["routes"]
+    finally:
+        client.close()
+    return next(t["status"] for r in routes.values() for t in r["targets"] if t["deployment_slug"] == slug)
+
+
+def test_the_gateway_gets_unknown_after_a_restart_and_running_once_ray_reports(
+    settings, started_now, django_capture_on_commit_callbacks
+):
+    """The routes the launcher publishes at start carry UNKNOWN for what Ray reported before the
+    start (the gateway does not route there); the first observation since the start republishes
+    RUNNING even though the stored status did not change."""
+    import uuid
+
+    from django.core.management import call_command
+
+    from deployments.reconciler import _store_observation
+    from tests.deployments.factories import RouteTargetFactory
+    from tests.deployments.test_observe import ray_app
+
+    settings.GATEWAY_KEY_PREFIX = prefix = f"test-{uuid.uuid4().hex}:"
+    d = DeploymentFactory(slug="stale", status="RUNNING", observed_at=timezone.now() - timedelta(minutes=5))
+    RouteTargetFactory(deployment=d, weight=100)
+    call_command("gateway_publish", stdout=__import__("io").StringIO())
+    assert _published_status(prefix, "stale") == "UNKNOWN"
+    with django_capture_on_commit_callbacks(execute=True):
+        _store_observation({"applications": {"stale": ray_app("RUNNING")}}, invalid={}, rejected="")
+    assert _published_status(prefix, "stale") == "RUNNING"

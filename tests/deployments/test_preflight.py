@@ -112,3 +112,28 @@ def test_service_refuses_create_that_does_not_fit(admin_user):
         )
     assert "Does not fit" in " ".join(exc.value.messages)
     assert not Deployment.objects.filter(slug="too-big").exists()
+
+
+def test_refusal_says_where_memory_goes_and_where_the_gpu_figure_comes_from():
+    result = services.deployment_preflight(deployment=candidate(model_version=llama_70b_version()))
+    (error,) = result.errors
+    # Weights by part: 128256 x 8192 x 2 bytes of embeddings and as much again for the untied lm_head.
+    assert "embeddings 1.96, layers" in error and "lm_head 1.96)" in error
+    assert "non-torch, activation peak and CUDA graphs" in error
+    assert "datasheet figure (no driver-reported MiB recorded)" in error  # the factory's H100 has none
+
+
+def test_70b_awq_on_one_driver_reported_l40s_holds_no_8k_sequence():
+    """Issue 31: 27,248 tokens were promised here; the driver's 46068 MiB and 16-bit embeddings say otherwise."""
+    from governor.demo import GPU_TYPES
+
+    l40s_driver = GpuTypeFactory(
+        **{**next(f for f in GPU_TYPES if f["name"] == "L40S"), "name": "L40S driver"}
+    )
+    result = services.deployment_preflight(
+        deployment=candidate(model_version=llama_70b_version("awq-int4", "awq"), gpu_type=l40s_driver)
+    )
+    # The weights fit; at max_num_batched_tokens 8192 the profile's MLP peak (1.9 GiB) leaves ~2k tokens.
+    (error,) = result.errors
+    assert "Does not fit: weights 37.0 GiB (awq" in error and "44.99 GiB" in error
+    assert 0 < result.estimate.kv_capacity_tokens < 4_096

@@ -18,6 +18,7 @@ def dead_ray(settings, void_queue):
     settings.RAY_DASHBOARD_URL = "http://127.0.0.1:9"
 
 
+@pytest.mark.slow  # minutes of a busy machine's time: outside --fast
 def test_task_retries_with_backoff_then_fails_and_records_every_attempt(dead_ray):
     d = DeploymentFactory(status="RUNNING")
     result = reconcile.apply(kwargs={"trigger": "change"})

@@ -90,6 +90,7 @@ def test_cpu_style_fit_with_per_sequence_overhead():
         calibrate(points, tiny, cpu, engine, fit=("nonsense",))
 
 
+@pytest.mark.slow  # minutes of a busy machine's time: outside --fast
 def test_cpu_fit_recovers_request_overhead_and_predicts_held_out_levels():
     """vLLM-CPU style: the API server's fixed latency is fitted beside MFU and the step overheads.
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks.simulator import calibration_figures, level_spread, pooled_points
 
 
@@ -50,3 +52,30 @@ def test_a_pooled_set_is_fitted_like_a_file(tmp_path):
     assert figures["calib_eval"] == "in-sample"  # nothing left to hold out
     assert {r["level"] for r in figures["calib_fit_errors"]} == {"c1", "r2"}
     assert figures["calib_ttft_err_pct"] is not None
+
+
+@pytest.mark.slow  # minutes of a busy machine's time: outside --fast
+def test_points_of_other_length_shapes_are_held_out_and_reported_apart():
+    """``vllm_cpu_points --shapes`` adds points of other lengths; the fit never sees them and their
+    worst error is reported on its own (``calib_shape_*``), so "≤ 15 %" covers unseen shapes too."""
+    from pathlib import Path
+
+    from benchmarks.simulator import default_fit_levels, level_key
+
+    data = json.loads(Path("benchmarks/calibration/avx2-2026-12-01-run1-peak.json").read_text())
+    main = [p for p in data["points"] if p.get("concurrency") == 4][0]
+    # The same measurement filed as another shape: its error must come out as a shape error.
+    shaped = {**main, "shape": f"{main['input_len']}x{main['output_len']}"}
+    data["points"].append(shaped)
+    assert level_key(shaped) == f"c4@{shaped['shape']}"
+    fit = default_fit_levels(data["points"])
+    assert all("@" not in key for key in fit)
+
+    figures = calibration_figures(data)
+    assert figures["calib_shapes"] == [shaped["shape"]]
+    held = {row["level"]: row for row in figures["calib_held_out"]}
+    assert figures["calib_shape_ttft_err_pct"] == abs(held[level_key(shaped)]["ttft_err_pct"])
+    assert held[level_key(shaped)]["ttft_err_pct"] == held["c4"]["ttft_err_pct"]
+
+    without = calibration_figures({**data, "points": data["points"][:-1]})
+    assert without["calib_shape_ttft_err_pct"] is None and without["calib_shapes"] == []

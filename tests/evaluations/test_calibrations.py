@@ -30,6 +30,8 @@ REPORT = {
     "calib_ttft_err_pct": 18.2,
     "calib_tpot_err_pct": 7.1,
     "calib_measured_at": "2026-11-30T10:00:00Z",
+    # What nvidia-smi reports for an H100 SXM (the factory's GPU type).
+    "calib_device": {"kind": "gpu", "model": "NVIDIA H100 80GB HBM3", "driver": "550.54.15", "memory_mib": 81559},
 }  # fmt: skip
 
 
@@ -156,3 +158,103 @@ def test_the_command_imports_a_report_and_refuses_bad_files_with_a_reason(tmp_pa
     with pytest.raises(CommandError, match="calib_params"):
         call_command("calibration_import", str(path), "--gpu-type", gpu.name)
     assert SimulatorCalibration.objects.count() == 1
+
+
+# Two real hosts' /proc/cpuinfo (abridged): the AVX2-only EPYC the committed calibration was
+# measured on, and an EPYC with AVX-512 BF16 where that calibration predicted TTFT 15x-660x too slow.
+AVX2_EPYC = "model name\t: AMD EPYC 7B12\nflags\t\t: fpu sse sse2 ssse3 fma avx f16c avx2 bmi2\n"
+AVX512_EPYC = (
+    "model name\t: AMD EPYC 9B14\nflags\t\t: fpu sse sse2 fma avx f16c avx2 avx512f avx512dq avx512_bf16 "
+    "avx512_vnni avx512vl\n"
+)
+
+
+def test_a_device_record_names_the_instruction_sets_that_decide_matmul_speed():
+    from engines.device import cpu_device, device_differences
+
+    avx2, avx512 = cpu_device(cpuinfo=AVX2_EPYC), cpu_device(cpuinfo=AVX512_EPYC)
+    assert avx2["model"] == "AMD EPYC 7B12" and avx2["isa"] == ["avx2", "fma"]
+    assert avx512["isa"] == ["avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni"]
+    why = device_differences(avx2, avx512)
+    assert "this host adds avx512f, avx512_bf16, avx512_vnni" in " ".join(why)
+    assert device_differences(avx2, cpu_device(cpuinfo=AVX2_EPYC)) == []
+    assert device_differences(None, avx2) == ["the calibration does not record the device it was measured on"]
+    # A measured peak far from the calibration's is another device even with the same flags.
+    slow = {**avx2, "peak_tflops": 0.08}
+    assert device_differences(slow, {**avx2, "peak_tflops": 0.4})
+    assert device_differences(slow, {**avx2, "peak_tflops": 0.09}) == []
+
+
+def test_gpu_devices_match_by_family_and_driver_reported_memory():
+    from engines.device import device_differences
+
+    smi = REPORT["calib_device"]
+    assert device_differences(smi, {"kind": "gpu", "model": "H100 SXM", "memory_mib": 80 * 1024}) == []
+    assert device_differences(smi, {"kind": "gpu", "model": "A100 80GB", "memory_mib": 80 * 1024})
+    h200 = {"kind": "gpu", "model": "H100 NVL", "memory_mib": 94 * 1024}  # same family, other memory
+    assert "81,559 MiB" in " ".join(device_differences(smi, h200))
+
+
+def test_a_calibration_from_another_device_is_not_used_and_the_prediction_says_so(admin_user):
+    """The failure the issue found: a calibration fitted on one CPU applied on another. A prediction
+    for a device other than the calibration's runs on the defaults and is labelled, never silently."""
+    from engines.device import cpu_device
+
+    cpu_type = GpuTypeFactory(name="CPU", memory_gib=8, hbm_bandwidth_gbps=20, bf16_tflops=0.2)
+    here = cpu_device()
+    # Whatever this host is, the calibration's host differs in its instruction sets.
+    other_isa = ["avx2", "fma"] if "avx512f" in here["isa"] else ["avx2", "fma", "avx512f", "avx512_bf16"]
+    report = {**REPORT, "calib_device": {**here, "isa": other_isa}}
+    cal = calibration_import(gpu_type=cpu_type, report=report, actor=admin_user)
+    efficiency, basis = prediction_basis(gpu_type=cpu_type)
+    assert efficiency is None and basis["calibration_id"] is None and basis["interval_pct"] is None
+    assert basis["calibration"].startswith(f"uncalibrated for this device: calibration #{cal.pk}")
+    assert "instruction sets differ" in " ".join(basis["uncalibrated_device"])
+
+    # Measured on this host: used.
+    same = calibration_import(gpu_type=cpu_type, report={**REPORT, "calib_device": here}, actor=admin_user)
+    efficiency, basis = prediction_basis(gpu_type=cpu_type)
+    assert basis["calibration_id"] == same.pk and efficiency is not None
+
+
+def test_a_calibration_that_records_no_device_is_not_vouched_for(admin_user):
+    gpu = GpuTypeFactory()
+    report = {k: v for k, v in REPORT.items() if k != "calib_device"}
+    calibration_import(gpu_type=gpu, report=report, actor=admin_user)
+    efficiency, basis = prediction_basis(gpu_type=gpu)
+    assert efficiency is None and "does not record the device" in basis["calibration"]
+    run = _run(gpu, admin_user)
+    assert run.results["prediction"]["calibration"].startswith("uncalibrated for this device")
+    assert all(st["p50_interval"] == {"ttft_ms": None, "tpot_ms": None} for st in run.results["stages"])
+
+
+def test_a_prediction_outside_the_calibrated_lengths_says_it_extrapolates_with_a_wider_interval(admin_user):
+    gpu = GpuTypeFactory()
+    inside = {"input_len": [64, 256], "output_len": [8, 32], "concurrency": [1, 8], "rate": None}
+    calibration_import(gpu_type=gpu, report={**REPORT, "calib_range": inside}, actor=admin_user)
+    run = _run(gpu, admin_user)  # 128 in / 16 out at concurrency 2: inside
+    stage = run.results["stages"][0]
+    assert "extrapolating" not in stage
+    assert stage["p50_interval"]["ttft_ms"][1] == pytest.approx(stage["ttft_ms"]["p50"] * 1.2)
+
+    short = {**inside, "input_len": [512, 1024]}
+    calibration_import(gpu_type=gpu, report={**REPORT, "calib_range": short}, actor=admin_user)
+    stage = _run(gpu, admin_user).results["stages"][0]
+    assert stage["extrapolating"] == ["input_len 128 outside the calibrated 512–1024"]
+    lo, hi = stage["p50_interval"]["ttft_ms"]
+    assert lo == pytest.approx(stage["ttft_ms"]["p50"] * 0.75) and hi == pytest.approx(
+        stage["ttft_ms"]["p50"] * 1.4
+    )
+
+
+def test_a_malformed_device_or_range_is_refused(admin_user):
+    gpu = GpuTypeFactory()
+    for report, field in (
+        ({**REPORT, "calib_device": "avx2"}, "calib_device"),
+        ({**REPORT, "calib_range": {"input_len": [9, 1]}}, "calib_range"),
+        ({**REPORT, "calib_range": {"colour": [1, 2]}}, "calib_range"),
+    ):
+        with pytest.raises(ValidationError) as exc:
+            calibration_import(gpu_type=gpu, report=report, actor=admin_user)
+        assert field in exc.value.message_dict
+    assert not SimulatorCalibration.objects.exists()

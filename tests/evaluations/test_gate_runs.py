@@ -19,15 +19,15 @@ pytestmark = pytest.mark.django_db
     "override,field,message",
     [
         ({"quality": {"required": True, "suite": "tiny-arith", "default": {"max_drop": 1.5}}},
-         "quality.default.max_drop", "out of range"),
+         "quality.default.max_drop", "quality.default.max_drop (score points, 0–1): must be between 0 and 1 (got 1.5)"),
         ({"quality": {"required": True, "suite": "nope", "default": {"max_drop": 0.1}}}, "quality.suite", "No eval suite"),
         ({"stability": {"required": True, "duration_s": 5, "length_mix": [{"input": 1, "output": 1}],
-                        "waves": {"low_rps": 1, "high_rps": 2, "period_s": 10}}}, "stability.duration_s", "out of range"),
+                        "waves": {"low_rps": 1, "high_rps": 2, "period_s": 10}}}, "stability.duration_s", "stability.duration_s (soak seconds): must be between 10 and 86,400 (got 5)"),
         ({"stability": {"required": True, "duration_s": 60, "length_mix": [{"input": 1, "output": 1}],
                         "waves": {"low_rps": 5, "high_rps": 2, "period_s": 10}}}, "stability.waves.low_rps", "cannot exceed"),
         ({"performance": {"required": True, "workload": {"input": {"kind": "fixed", "value": 8},
                           "output": {"kind": "fixed", "value": 8}}, "sla": {"ttft_ms": 100},
-                          "min_kv_seqs": -3, "kv_context_tokens": 100}}, "performance.min_kv_seqs", "out of range"),
+                          "min_kv_seqs": -3, "kv_context_tokens": 100}}, "performance.min_kv_seqs", "performance.min_kv_seqs (sequences at that context): must be between 1 and 100,000 (got -3)"),
     ],
 )  # fmt: skip
 def test_policy_validation_names_the_bad_field_and_saves_nothing(

@@ -85,6 +85,9 @@ def test_gpus_round_up_to_whole_replicas_and_misfits_are_said(h100, admin_user):
     assert ok["gpus_exact"] == pytest.approx(12800 / 3000 * 1.3)  # 5.55 GPUs
     assert ok["replicas"] == 3 and ok["gpus"] == 6
     assert not misfit["ok"] and misfit["why"].startswith("Does not fit")
+    # Each row says where memory goes: the misfit's 70B bf16 embeddings and lm_head are 128256 x 8192 x 2 B.
+    assert misfit["memory"]["embeddings_gib"] == misfit["memory"]["lm_head_gib"] == 1.96
+    assert misfit["memory"]["kv_tokens"] == 0 and ok["memory"]["kv_tokens"] > 0
 
 
 @pytest.mark.parametrize(

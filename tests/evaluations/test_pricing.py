@@ -224,8 +224,9 @@ def _event(tenant, price, *, prompt, completion):
 def test_reprice_records_the_difference_and_leaves_events_as_billed(
     tenant, other_tenant, admin_user, admin_client
 ):
-    old = price_set(public_model=MODEL, input_per_million=Decimal("1"), output_per_million=Decimal("2"), actor=admin_user,
-                    effective_from=timezone.now() - dt.timedelta(days=2))  # fmt: skip
+    # The old version is history (a new price cannot be backdated): seeded as a row.
+    old = Price.objects.create(public_model=MODEL, input_per_million=Decimal("1"), output_per_million=Decimal("2"),
+                               effective_from=timezone.now() - dt.timedelta(days=2))  # fmt: skip
     e1 = _event(tenant, old, prompt=1000, completion=500)
     _event(other_tenant, old, prompt=2000, completion=0)
     new = price_set(

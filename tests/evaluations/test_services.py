@@ -100,6 +100,7 @@ def test_unreachable_endpoint_run_completes_and_says_so(admin_user):
     assert run.usd_per_mtok is None
 
 
+@pytest.mark.slow  # minutes of a busy machine's time: outside --fast
 def test_ladder_run_reports_every_level_and_best_passing_level(admin_user):
     with paced_server(
         "--ttft-ms", "20", "--tpot-ms", "5", "--fault", "http_400", "--fault-every", "5"

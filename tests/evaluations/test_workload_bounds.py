@@ -53,11 +53,15 @@ def test_a_sane_predicted_run_is_accepted(admin_user):
         ({"workload": ABSURD}, "workload", "req/s"),
         ({"workload": _wl(rate=MAX_RATE_RPS * 2)}, "workload", "req/s"),
         ({"workload": _wl(inp=8000, out=500)}, "workload", "8,192"),  # beyond the model's context
-        ({"workload": _wl(inp=10**12)}, "workload", "exceed"),
+        (
+            {"workload": _wl(inp=10**12)},
+            "workload",
+            "workload.input.value (tokens): must be between 1 and 1,048,576",
+        ),
         (
             {"workload": {**_wl(), "arrival": {"kind": "concurrency", "concurrency": 10**9}}},
             "workload",
-            "Concurrency",
+            "workload.arrival.concurrency (closed-loop clients): must be between 1 and 10,000",
         ),
         ({"workload": {**_wl(), "input": {"kind": "normal", "mean": 100, "std": 1e15}}}, "workload", "std"),
         (
@@ -68,7 +72,7 @@ def test_a_sane_predicted_run_is_accepted(admin_user):
         (
             {"workload": {**_wl(), "input": {"kind": "uniform", "low": 1, "high": 10**9}}},
             "workload",
-            "exceed",
+            "workload.input.high (tokens): must be between 1 and 1,048,576",
         ),
         (
             {"workload": {**_wl(), "empirical": [[10**7, 1]], "input": None, "output": None}},

@@ -154,10 +154,16 @@ def _api_body(**workload):
 @pytest.mark.parametrize(
     ("workload", "message"),
     [
-        ({"arrival": {"kind": "poisson", "rate": 0}}, "rate > 0"),
-        ({"empirical": [[10, 5], [0, 5]]}, "below 1"),
-        ({"empirical": [[10, -5]]}, "below 1"),
-        ({"arrival": {"kind": "poisson", "rate": 1, "spacing": "sometimes"}}, "spacing"),
+        (
+            {"arrival": {"kind": "poisson", "rate": 0}},
+            "workload.arrival.rate (offered req/s): must be more than 0",
+        ),
+        ({"empirical": [[10, 5], [0, 5]]}, "workload.empirical[1][0] (tokens): must be between 1 and"),
+        ({"empirical": [[10, -5]]}, "workload.empirical[0][1] (tokens): must be between 1 and"),
+        (
+            {"arrival": {"kind": "poisson", "rate": 1, "spacing": "sometimes"}},
+            "workload.arrival.spacing: must be one of window, vllm",
+        ),
     ],
 )
 def test_api_refuses_bad_workloads_and_saves_nothing(admin_client, monkeypatch, workload, message):

@@ -21,6 +21,7 @@ def make_app(
     break_after: int | None,
     fail_status: int | None,
     prompt_tokens_per_byte: float = 0.0,
+    bad_usage: bool = False,
 ):
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
@@ -44,11 +45,19 @@ def make_app(
             await _json(send, fail_status, {"error": {"message": "injected", "type": "server_error"}})
             return
         req = orjson.loads(body)
-        n = min(tokens, int(req.get("max_tokens") or tokens))
+        # The output limit as vLLM applies it: on chat ``max_completion_tokens`` when set, else
+        # ``max_tokens`` (vllm/entrypoints/openai/chat_completion/protocol.py); on completions only
+        # ``max_tokens``.
+        limit = req.get("max_tokens")
+        if scope["path"].endswith("/chat/completions") and req.get("max_completion_tokens") is not None:
+            limit = req["max_completion_tokens"]
+        n = min(tokens, int(limit or tokens))
         model = req.get("model")
         # A tokenizer's worst case counts every byte of the request it renders (tools included).
         prompt_tokens = int(len(body) * prompt_tokens_per_byte) if prompt_tokens_per_byte else 10
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+        if bad_usage:
+            usage["prompt_tokens"] = "many"  # a broken engine's answer the gateway cannot read
         if ttft_ms:
             await asyncio.sleep(ttft_ms / 1000)
         if not req.get("stream"):
@@ -127,6 +136,7 @@ def main() -> None:
     p.add_argument("--break-after", type=int, default=None)
     p.add_argument("--fail-status", type=int, default=None)
     p.add_argument("--prompt-tokens-per-byte", type=float, default=0.0)
+    p.add_argument("--bad-usage", type=int, default=0)
     a = p.parse_args()
     import uvicorn
 
@@ -138,6 +148,7 @@ def main() -> None:
             break_after=a.break_after,
             fail_status=a.fail_status,
             prompt_tokens_per_byte=a.prompt_tokens_per_byte,
+            bad_usage=bool(a.bad_usage),
         ),
         host="127.0.0.1",
         port=a.port,

@@ -128,7 +128,7 @@ def test_tenant_creates_key_uses_it_hits_limits_and_sees_usage(
                 codes.append("ok")
             except openai.RateLimitError as e:
                 codes.append(e.body["code"])
-        assert codes[0] == "ok" and codes[-1] == "budget_exceeded"
+        assert codes[0] == "ok" and codes[-1] in ("budget_exceeded", "worst_case_over_budget")
 
         # The tenant's own usage page: requests, tokens, cost and budget left.
         deadline = time.monotonic() + 10

@@ -123,7 +123,8 @@ def test_hard_cap_holds_under_500_concurrent_requests_with_40kb_tools(
 
     results = asyncio.run(burst(500))
     ok = sum(1 for s, _ in results if s == 200)
-    rejected = sum(1 for s, c in results if c == "budget_exceeded")
+    # Refused while others hold the rest, or once what is left is smaller than one worst case.
+    rejected = sum(1 for s, c in results if c in ("budget_exceeded", "worst_case_over_budget"))
     assert ok + rejected == 500, {c for _, c in results}
     assert 0 < ok < 100  # before the fix: all 500, 25 times the cap
     deadline = time.monotonic() + 60
@@ -169,3 +170,78 @@ def test_input_token_limit_counts_tools(gateway, greedy_backend, tenant, admin_u
         timeout=60,
     )
     assert r.status_code == 200, r.text
+
+
+# --- one output limit: no second length field can raise what the engine generates ----------------
+
+LONG = 2048
+
+
+@pytest.fixture(scope="module")
+def long_backend(gw_tmp):
+    """Generates as many tokens as the limit it honours says (up to 2,048), as vLLM does."""
+    proc, url = start_fake(gw_tmp, name="long", tokens=LONG, tpot_ms=0)
+    yield url
+    proc.stop()
+
+
+# Per endpoint, the field the engine honours is the large one and the other the small one: before the
+# fix the hold took the smaller, the engine generated the larger.
+ATTACKS = {
+    "/v1/chat/completions": (
+        {"messages": [{"role": "user", "content": "count"}], "max_tokens": 4, "max_completion_tokens": LONG},
+        "chat",
+    ),
+    "/v1/completions": ({"prompt": "count", "max_tokens": LONG, "max_completion_tokens": 4}, "text"),
+}
+
+
+@pytest.mark.parametrize("path", list(ATTACKS))
+def test_hard_cap_holds_under_500_concurrent_requests_with_both_length_fields(
+    path, gateway, long_backend, tenant, admin_user
+):
+    price_set(
+        public_model="sim-llama",
+        input_per_million=Decimal("1"),
+        output_per_million=Decimal("2"),
+        actor=admin_user,
+    )
+    fields, kind = ATTACKS[path]
+    body = {"model": "sim-llama", **fields}
+    raw = orjson.dumps(body)
+    # One request's worst case, for the largest limit either field names.
+    worst = prompt_token_bound(kind, body, len(raw)) * IN_NANOS + LONG * OUT_NANOS
+    cap = 20 * worst
+    budget_set(
+        actor="system:test", tenant=tenant, amount_usd=Decimal(cap) / Decimal(10**9), hard_cap_percent=100
+    )
+    _, secret = api_key_create(tenant=tenant, name="both", actor=admin_user)
+    publish(gateway, route("sim-llama", (1, "long", long_backend, 1.0)))
+
+    async def burst(n: int):
+        limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
+        async with httpx.AsyncClient(base_url=gateway, limits=limits, timeout=180) as http:
+            h = {"Authorization": f"Bearer {secret}", "content-type": "application/json"}
+
+            async def one():
+                r = await http.post(path, content=raw, headers=h)
+                return r.status_code, (r.json()["error"]["code"] if r.status_code != 200 else None)
+
+            return await asyncio.gather(*(one() for _ in range(n)))
+
+    results = asyncio.run(burst(500))
+    ok = sum(1 for s, _ in results if s == 200)
+    refused = sum(1 for s, c in results if c in ("budget_exceeded", "worst_case_over_budget"))
+    assert ok + refused == 500, {c for _, c in results}
+    assert 0 < ok <= 21
+    deadline = time.monotonic() + 60
+    while UsageEvent.objects.filter(tenant=tenant).count() < ok and time.monotonic() < deadline:
+        time.sleep(0.2)
+    events = list(UsageEvent.objects.filter(tenant=tenant))
+    assert len(events) == ok
+    # The engine generated the limit the gateway held for, the large one (its own precedence).
+    assert {e.completion_tokens for e in events} == {LONG}
+    total = sum(e.cost_nanos for e in events)
+    assert total <= cap + worst, (total, cap, worst)
+    state = redis.Redis.from_url(REDIS_URL).hgetall(next(iter(_budget_keys(tenant))))
+    assert int(state[b"held"]) == 0 and int(state[b"spent"]) == total

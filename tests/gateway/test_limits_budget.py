@@ -127,9 +127,44 @@ def test_hard_cap_rejects_with_budget_exceeded_and_soft_threshold_alerts(env):
         except openai.RateLimitError as exc:
             assert exc.response.headers["x-should-retry"] == "false"
             codes.append(exc.body["code"])
-    assert codes[0] == 200 and codes[-1] == "budget_exceeded"
+    # Refused once what is left is below one request's worst case, with a message that says so.
+    assert codes[0] == 200 and codes[-1] == "worst_case_over_budget"
     assert budget_alerts_record() >= 1
     assert BudgetAlert.objects.filter(tenant=env["tenant"], percent=10).count() == 1
+
+
+def test_a_request_larger_than_what_is_left_is_told_so_and_holds_nothing(env):
+    """Nothing spent, a cap below one request's worst case: the answer names both amounts instead of
+    calling the budget spent, and a smaller request still gets through."""
+    worst = _worst_nanos(16)
+    cap = worst - 1_000_000  # $0.001 short of it, yet above a 1-token request's worst case
+    assert cap > _worst_nanos(1)
+    budget_set(
+        actor="system:test",
+        tenant=env["tenant"],
+        amount_usd=Decimal(cap) / Decimal(10**9),
+        hard_cap_percent=100,
+    )
+    _, secret = api_key_create(tenant=env["tenant"], name="big", actor=env["admin"])
+    publish(env["gateway"], route("sim-llama", (1, "sim-a", env["engine"], 1.0)))
+    body = orjson.dumps({"model": "sim-llama", "messages": MSG, "max_tokens": 16})  # _worst_nanos's bytes
+    h = {"Authorization": f"Bearer {secret}", "content-type": "application/json"}
+    resp = httpx.post(env["gateway"] + "/v1/chat/completions", content=body, headers=h, timeout=60)
+    assert resp.status_code == 429 and resp.headers["x-should-retry"] == "false"
+    err = resp.json()["error"]
+    assert err["code"] == "worst_case_over_budget" and err["type"] == "insufficient_quota"
+    usd = lambda nanos: f"${Decimal(nanos) / Decimal(10**9):f}".rstrip("0")  # noqa: E731
+    assert (
+        f"this request's worst case, {usd(worst)}, exceeds the budget's remaining {usd(cap)}"
+        in err["message"]
+    ), (err["message"], worst, cap)
+    r = redis.Redis.from_url(REDIS_URL)
+    (key,) = r.keys(f"{PREFIX}budget:{env['tenant'].pk}:*")
+    assert int(r.hget(key, "held") or 0) == 0 and int(r.hget(key, "spent")) == 0
+    c = _client(env["gateway"], secret)
+    assert (
+        c.chat.completions.create(model="sim-llama", messages=MSG, max_tokens=1).usage.completion_tokens == 1
+    )
 
 
 def _burst(gateway: str, secret: str, n: int) -> list[tuple[int, str | None]]:
@@ -159,7 +194,7 @@ def test_overspend_under_200_concurrent_requests_is_bounded_by_one_worst_case(en
     publish(env["gateway"], route("sim-llama", (1, "sim-a", env["engine"], 1.0)))
     results = _burst(env["gateway"], secret, 200)
     ok = sum(1 for s, _ in results if s == 200)
-    rejected = sum(1 for s, c in results if c == "budget_exceeded")
+    rejected = sum(1 for s, c in results if c in ("budget_exceeded", "worst_case_over_budget"))
     assert ok + rejected == 200 and ok > 0 and rejected > 0
     deadline = time.monotonic() + 15
     while UsageEvent.objects.filter(tenant=tenant).count() < ok and time.monotonic() < deadline:
@@ -202,4 +237,4 @@ def test_budget_counters_are_rebuilt_from_postgres_when_redis_loses_them(env):
     )  # console rebuilds from Postgres
     with pytest.raises(openai.RateLimitError) as exc:
         c.chat.completions.create(model="sim-llama", messages=MSG, max_tokens=16)
-    assert exc.value.body["code"] == "budget_exceeded"
+    assert exc.value.body["code"] in ("budget_exceeded", "worst_case_over_budget")

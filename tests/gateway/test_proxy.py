@@ -79,6 +79,9 @@ def test_sync_chat_unary_and_stream_are_forwarded_and_metered_once(setup, tenant
     assert all(e.status == "ok" and e.completion_tokens > 0 and e.prompt_tokens > 0 for e in events)
     assert all(e.api_key_id == setup["key"].pk and e.deployment_slug == "sim-a" for e in events)
     assert events[1].stream and events[1].ttft_ms is not None and events[1].ttft_ms > 0
+    # TPOT is the gap between streamed tokens: a unary answer arrives whole and has none.
+    assert events[1].tpot_ms is not None and events[1].tpot_ms > 0
+    assert not events[0].stream and events[0].tpot_ms is None
     e = events[0]
     assert e.cost_nanos == e.prompt_tokens * 1000 + e.completion_tokens * 2000
 

@@ -60,6 +60,22 @@ def test_candidates_use_the_long_context_pool_only_for_long_prompts():
     assert [t.deployment_id for t in r.candidates(only_long, 5)] == [2]
 
 
+def test_unknown_failing_and_ejected_targets_are_never_candidates():
+    r = Router(eject_s=10)
+    a, b = _t(1), _t(2, status="UNKNOWN")
+    route = Route("m", None, [a, b, _t(3, status="UNHEALTHY")])
+    assert r.candidates(route, 5) == [a]
+    r.mark_failed(a)
+    assert r.candidates(route, 5) == []
+    assert r.pick([a], None) is None  # no "try it anyway" once every target failed
+    assert 9 <= r.retry_after_s(route.targets) <= 10  # until the ejection ends
+    # The same deployment republished at another address starts healthy.
+    moved = Target(1, "d1", None, "http://y/v1", "m", 1.0, "online", "RUNNING")
+    assert r.candidates(Route("m", None, [moved]), 5) == [moved]
+    # Nothing ejected, nothing known: retry after eject_s.
+    assert Router(eject_s=10).retry_after_s([b]) == 10
+
+
 @pytest.mark.parametrize(
     "body,param",
     [

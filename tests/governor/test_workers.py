@@ -40,3 +40,16 @@ def test_ray_tasks_reach_only_a_worker_that_knows_the_ray_cluster(settings):
         app.conf.task_default_queue = previous
         client.delete(*queues)
         client.close()
+
+
+def test_every_beat_entry_names_a_task_the_workers_register():
+    """A renamed or moved task leaves its beat entry firing into nothing: Celery beat sends the name
+    and no worker knows it. Every entry must name a task the worker app has registered."""
+    from workers.celery import app
+
+    app.loader.import_default_modules()  # what a worker does at start: autodiscover every app's tasks
+    registered = set(app.tasks)
+    schedule = app.conf.beat_schedule
+    assert schedule, "the beat schedule is empty"
+    unknown = {name: entry["task"] for name, entry in schedule.items() if entry["task"] not in registered}
+    assert not unknown, f"beat entries naming tasks no worker registers: {unknown}"

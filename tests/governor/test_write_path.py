@@ -174,6 +174,9 @@ def test_api_key_create_and_revoke_by_a_tenant_admin_in_the_console(tenant_admin
 
 
 def test_price_budget_and_limits_through_console_and_api(admin_client, tenant, trail):
+    from tests.deployments.factories import ModelRouteFactory
+
+    ModelRouteFactory(public_name="sim-llama")
     data = {"public_model": "sim-llama", "input_per_million": "0.5", "output_per_million": "1.5"}
     admin_client.post(reverse("billing:price_create"), data)
     assert trail.one("price.create", "admin").after["public_model"] == "sim-llama"

@@ -18,6 +18,7 @@ def _target(url: str, **kw) -> Target:
     return Target(base_url=url, model="paced", request_timeout_s=kw.pop("timeout", 30.0), **kw)
 
 
+@pytest.mark.slow  # minutes of a busy machine's time: outside --fast
 def test_known_timings_are_recovered_within_tolerance():
     with paced_server("--ttft-ms", "200", "--tpot-ms", "20") as url:
         wl = Workload(arrival=constant(10), input=fixed(64), output=fixed(32))
@@ -172,6 +173,7 @@ def _engines_slots(slots: int):
 @pytest.mark.parametrize(
     "server", [_paced_slots, _engines_slots], ids=["paced_server", "engines_server_fixed"]
 )
+@pytest.mark.slow  # minutes of a busy machine's time: outside --fast
 def test_sweep_finds_the_analytically_known_capacity(server):
     # 4 service slots, each request holds one for 50 ms + 31 * 10 ms = 0.36 s: N/S = 11.1 req/s.
     # Below it constant arrivals never queue. Above it, at rate N/S * (1 + e), request k waits about

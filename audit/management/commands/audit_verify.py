@@ -1,32 +1,34 @@
-"""``manage.py audit_verify``: seal what is pending, walk the hash chain, compare with the published head,
-then compare every governed row with the state its events say it has (drift; ``--no-drift`` skips it).
+"""``manage.py audit_verify``: seal and checkpoint what is pending, compare every governed row with the
+state its events say it has (drift; ``--no-drift`` skips it), then walk the whole trail against the
+witnessed checkpoints and the published head, naming the first bad event or checkpoint.
 
-Exit status 0 when the chain verifies and nothing drifted; 1 naming the first bad event, or each
-drifted object with its differing fields, otherwise. The drift result is stored for the Audit page.
+Exit status 0 when everything verifies and nothing drifted; 1 otherwise, naming each drifted object
+with its differing fields. Both verdicts are stored for the Audit page's badge.
 """
+
+import time
 
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.checks import drift_check_run
 from audit.drift import describe_finding
-from audit.head import published_head
-from audit.selectors import chain_verify
-from audit.services import audit_seal
+from audit.services import audit_verify_record
 
 
 class Command(BaseCommand):
-    help = "Verify the audit trail's hash chain against the head published outside the database."
+    help = "Verify the audit trail against the witnessed, signed checkpoints (ADR 0018)."
 
     def add_arguments(self, parser):
         parser.add_argument(
             "--no-seal",
             action="store_true",
-            help="verify only what is sealed; do not seal pending events first",
+            help="verify only what is sealed; do not seal and checkpoint pending events first",
         )
         parser.add_argument(
-            "--allow-missing-head",
-            action="store_true",
-            help="pass when no head is published (Redis lost it); a truncated tail then goes unnoticed",
+            "--signatures",
+            choices=["unwitnessed", "all", "none"],
+            default="unwitnessed",
+            help="whose Ed25519 signatures to check (default: the events no checkpoint covers yet)",
         )
         parser.add_argument(
             "--no-drift",
@@ -35,27 +37,16 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
-        if not options["no_seal"]:
-            audit_seal()
         drifted = [] if options["no_drift"] else self._drift()
-        published = published_head()
-        result = chain_verify(published=published)
-        if published is None and result.checked and not options["allow_missing_head"]:
-            raise CommandError(
-                f"no published head in Redis for a chain of {result.checked} events: a truncated tail or a"
-                " rewritten chain cannot be ruled out (compare with the head in the logs or an export, then"
-                " rerun with --allow-missing-head)",
-                returncode=1,
-            )
-        if published is None:
-            self.stderr.write(
-                "warning: no published head found in Redis; a truncated tail cannot be detected"
-            )
-        else:
-            self.stdout.write(f"published head index={published.index} hash={published.hash}")
+        started = time.perf_counter()
+        result = audit_verify_record(seal=not options["no_seal"], signatures=options["signatures"])
+        seconds = time.perf_counter() - started
+        for finding in result.findings:
+            self.stderr.write(f"finding: {finding}")
         if not result.ok:
             raise CommandError(result.describe(), returncode=1)
-        self.stdout.write(self.style.SUCCESS(result.describe()))
+        rate = f" in {seconds:.2f} s ({result.checked / seconds:,.0f} events/s)" if seconds > 0 else ""
+        self.stdout.write(self.style.SUCCESS(result.describe() + rate))
         if drifted:
             raise CommandError(f"DRIFT in {len(drifted)} governed object(s); see above", returncode=1)
 

@@ -1,0 +1,79 @@
+"""Every benchmark still runs: each ``python -m benchmarks.<name> --smoke`` writes its JSON keys.
+
+A smoke run is the benchmark's own code path at tiny sizes (``benchmarks.smoke``), so a change that
+breaks a benchmark breaks the suite. Its figures mean nothing and are not checked; the keys are the
+benchmark's contract with the README and ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# name -> (keys its JSON must carry, extra arguments, marks)
+BENCHMARKS = {
+    "billing": (("rollup_events_per_s", "cost_page_p95_ms", "events", "conditions"), (), [pytest.mark.slow]),
+    "simulator": (
+        (
+            "sim_hour_wall_s",
+            "predictions",
+            "calib_ttft_err_pct",
+            "calib_tpot_err_pct",
+            "calib_device",
+            "calib_range",
+        ),
+        (),
+        [],
+    ),
+    "harness": (
+        ("max_streams_sched_ok", "client_capacity", "known_timings", "sweep_capacity", "machine"),
+        (),
+        [pytest.mark.slow],
+    ),
+    "rollouts": (("abort_s", "bad_requests_after_abort", "usage_ship_lag_ms"), (), [pytest.mark.slow]),
+    "gates": (("gate_wall_s", "gate_s", "verdicts", "conditions"), (), [pytest.mark.slow]),
+    "deployments": (("summary", "rounds", "ray_version"), (), [pytest.mark.ray, pytest.mark.slow]),
+    "crosscheck": (
+        ("tool_ttft_diff_pct", "tool_tpot_diff_pct", "repeat_ttft_spread_pct", "conditions"),
+        (),
+        [pytest.mark.vllm, pytest.mark.slow],
+    ),
+    "vllm_cpu_points": (
+        ("model", "gpu", "engine", "points", "meta"),
+        (),
+        [pytest.mark.vllm, pytest.mark.slow],
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=marks, id=name) for name, (_, _, marks) in BENCHMARKS.items()]
+)
+def test_benchmark_smoke_run_writes_its_figures(name, tmp_path):
+    keys, extra, _ = BENCHMARKS[name]
+    out = tmp_path / f"{name}.json"
+    env = dict(os.environ)
+    env.setdefault("SECRET_KEY", "governor-test-secret-key-not-for-production")
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", "--smoke", "--json", str(out), *extra],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, (
+        f"benchmarks.{name} --smoke failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
+    figures = json.loads(out.read_text())
+    missing = [key for key in keys if key not in figures]
+    assert not missing, f"benchmarks.{name} --smoke wrote no {missing}"
+    smoke = figures.get("smoke", figures.get("meta", {}).get("smoke"))
+    assert smoke is True, f"benchmarks.{name} does not mark its smoke run as such"
