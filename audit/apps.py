@@ -5,9 +5,12 @@ from django.db.models.signals import post_migrate
 
 
 def _install_raw_capture(sender, using="default", **kwargs):
+    from audit.privileges import audit_privileges_lock
     from audit.raw_capture import install_raw_capture
 
     install_raw_capture(using=using)
+    # Runs as the owner (migrate does); takes back any write grant on the trail given since.
+    audit_privileges_lock(using=using)
 
 
 class AuditConfig(AppConfig):

@@ -95,7 +95,7 @@ class AuditCheckpoint(models.Model):
 
 class AuditCheck(models.Model):
     """The last result of one automatic check of the trail (``chain``, ``seal``; ``drift`` by
-    audit.drift), read by ``audit.selectors.audit_health`` for the console's badge."""
+    audit.drift), read for the Audit page's badge (``audit.checks.check_results``)."""
 
     name = models.CharField(max_length=32, primary_key=True)
     ok = models.BooleanField()

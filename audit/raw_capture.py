@@ -55,21 +55,21 @@ BEGIN
     ELSE
         before_j := old_row;
     END IF;
-    INSERT INTO audit_auditevent (
-        at, actor, actor_id, role, action, object_type, object_id, object_repr, tenant_id,
-        before, after, reason, evidence, request_id, client_address
-    ) VALUES (
-        clock_timestamp(), left('db:' || current_user, 150), NULL, 'database',
-        'raw.' || lower(TG_OP), left(TG_ARGV[0], 64), left(coalesce(row_now->>'id', ''), 64), '',
-        CASE WHEN tenant ~ '^[0-9]+$' THEN tenant::bigint END,
-        before_j, after_j, 'write outside the services, caught by a database trigger',
-        jsonb_build_object(
+    -- Through the one append path (audit.privileges): the application role may not INSERT itself.
+    PERFORM audit_append(jsonb_build_object(
+        'at', clock_timestamp(), 'actor', left('db:' || current_user, 150), 'actor_id', NULL,
+        'role', 'database', 'action', 'raw.' || lower(TG_OP), 'object_type', left(TG_ARGV[0], 64),
+        'object_id', left(coalesce(row_now->>'id', ''), 64), 'object_repr', '',
+        'tenant_id', CASE WHEN tenant ~ '^[0-9]+$' THEN tenant::bigint END,
+        'before', before_j, 'after', after_j,
+        'reason', 'write outside the services, caught by a database trigger',
+        'evidence', jsonb_build_object(
             'table', TG_TABLE_NAME,
             'transaction_id', txid_current()::text,
             'application_name', current_setting('application_name', true)
         ),
-        '', left(coalesce(host(inet_client_addr()), 'local'), 64)
-    );
+        'request_id', '', 'client_address', left(coalesce(host(inet_client_addr()), 'local'), 64)
+    ));
     RETURN NULL;
 END;
 $$;

@@ -30,7 +30,7 @@ from audit.jcs import MAX_SAFE_INTEGER
 from audit.models import AuditEvent
 from audit.selectors import chain_head, event_record
 from audit.signing import signing_key
-from audit.store import event_insert
+from audit.store import event_insert, events_seal
 from audit.witness_state import WitnessBroken, trusted_keys
 
 log = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ def audit_seal(*, wait: bool = True, batch: int = SEAL_BATCH) -> Head:
                 head = Head(index=event.chain_index, hash=event.hash)
                 sealed.append(event)
             if sealed:
-                AuditEvent.objects.bulk_update(sealed, ["chain_index", "prev_hash", "hash"])
+                events_seal(events=sealed)
                 sealed_any = True
             if pending:
                 after_seq = pending[-1].seq

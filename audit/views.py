@@ -14,7 +14,7 @@ from audit.checkpoints import export_cut
 from audit.forms import EventFilterForm
 from audit.head import published_head
 from audit.permissions import can_read_audit
-from audit.selectors import audit_health, chain_status, events_filtered, signing_public_key
+from audit.selectors import chain_status, events_filtered, signing_public_key
 from audit.services import audit_verify_record
 
 PAGE_SIZE = 50
@@ -52,7 +52,6 @@ class EventListView(AuditReaderRequiredMixin, View):
             "page": page,
             "qs": _querystring_without_page(request),
             "status": chain_status(),
-            "health": audit_health(),
             "signing": signing_public_key(),
         }
         return render(request, "audit/event_list.html", context, status=status)

@@ -7,14 +7,19 @@
 2. ``verify_events_per_s``: ``chain_verify`` (what ``manage.py audit_verify`` runs) over ``--events``
    signed, sealed and witnessed events, streamed from PostgreSQL; and ``offline_verify_events_per_s``:
    ``python -m audit.verify``'s walk over a complete export of them.
-3. ``drift_check_s``: reported by audit.drift's own benchmark when that module exists, else null.
+3. ``drift_check_s``: null here; ``--drift-only`` measures it (below).
 4. (``--designs``) the write-path comparison of ADR 0005 (seal after commit vs an inline lock).
+
+``--drift-only``: ``drift_check_s``, the drift check of ``audit_verify`` (audit.drift) over
+``--drift-events`` events (default 1,000,000) describing ``billing_price`` rows, 100 events per row,
+with ten rows changed behind the trail's back (the check must name exactly those ten).
 
 It runs against a scratch database it creates next to ``DATABASE_URL``'s and drops afterwards
 (audit events cannot be deleted, so never a real one), with its own key and witness files.
 
     python -m benchmarks.audit_chain --json var/bench-audit.json [--events 200000 --tx 300]
     python -m benchmarks.audit_chain --json /tmp/x.json --smoke          # seconds, for the test
+    python -m benchmarks.audit_chain --json var/bench-drift.json --drift-only [--drift-events 1000000]
 """
 
 from __future__ import annotations
@@ -298,7 +303,11 @@ def main() -> None:
     )
     parser.add_argument("--designs", default="", help="writer counts for ADR 0005's comparison, e.g. 1,4")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks the benchmark runs")
+    parser.add_argument("--drift-only", action="store_true", help="time only the drift check (drift_check_s)")
+    parser.add_argument("--drift-events", type=int, default=1_000_000)
     args = parser.parse_args()
+    if args.drift_only:
+        return drift_main(args)
     if args.smoke:
         args.events, args.tx = 300, 20
 
@@ -350,6 +359,87 @@ def main() -> None:
         f"verify_events_per_s={out['verify_events_per_s']} offline_verify_events_per_s="
         f"{out['offline_verify_events_per_s']} write_overhead_ms_p50={out['write_overhead_ms_p50']}"
     )
+
+
+# --- drift_check_s (audit.drift) ----------------------------------------------------------------------
+
+_DRIFT_SETUP_SQL = """
+SET session_replication_role = replica;  -- setup only: no capture events for the rows made here
+INSERT INTO billing_price (id, public_model, input_per_million, output_per_million, effective_from, source,
+                           note, created_at, provenance)
+SELECT o, 'model-' || o, 0.200 + (%(versions)s - 1) * 0.001, 0.600, '2026-01-01T00:00:00+00:00', 'manual',
+       'v' || (%(versions)s - 1), now(), '{}'
+  FROM generate_series(0, %(objects)s - 1) o;
+INSERT INTO audit_auditevent (at, actor, role, action, object_type, object_id, object_repr, before, after,
+                              reason, evidence, request_id, client_address)
+SELECT now(), 'bench', 'system', CASE WHEN k < %(objects)s THEN 'price.create' ELSE 'price.update' END,
+       'billing.price', (k %% %(objects)s)::text, '', '{}',
+       CASE WHEN k < %(objects)s THEN jsonb_build_object(
+                'public_model', 'model-' || (k %% %(objects)s), 'input_per_million', '0.200',
+                'output_per_million', '0.600', 'effective_from', '2026-01-01T00:00:00+00:00',
+                'source', 'manual', 'note', 'v0')
+            ELSE jsonb_build_object('note', 'v' || (k / %(objects)s),
+                'input_per_million', (0.200 + (k / %(objects)s) * 0.001)::text) END,
+       '', '{}', '', ''
+  FROM generate_series(0, %(events)s - 1) k;
+-- Ten prices changed with the capture trigger off: what the check must find.
+UPDATE billing_price SET output_per_million = 0.001 WHERE id < 10;
+SET session_replication_role = DEFAULT;
+ANALYZE billing_price;
+ANALYZE audit_auditevent;
+"""
+
+
+def drift_check_benchmark(*, events: int) -> dict:
+    """Fill a scratch trail with ``events`` events over ``events // 100`` prices and time one check."""
+    from audit.drift import drift_findings
+
+    objects = max(1, events // 100)
+    events = objects * 100
+    t0 = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute(_DRIFT_SETUP_SQL, {"objects": objects, "events": events, "versions": 100})
+    setup_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    checked, findings = drift_findings(tables=["billing_price"])
+    check_s = time.perf_counter() - t0
+    named = sorted(int(f["object_id"]) for f in findings)
+    return {
+        "events": events,
+        "objects": objects,
+        "rows_checked": checked,
+        "setup_s": round(setup_s, 2),
+        "drift_check_s": round(check_s, 3),
+        "findings": len(findings),
+        "found_exactly_the_ten_changed_rows": named == list(range(min(10, objects)))
+        and all(list(f.get("fields", {})) == ["output_per_million"] for f in findings),
+    }
+
+
+def drift_main(args) -> None:
+    connection.settings_dict["TEST"]["NAME"] = f"bench_audit_drift_{os.getpid()}"
+    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    load_start = os.getloadavg()
+    try:
+        result = drift_check_benchmark(events=args.drift_events)
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+    out = {
+        "conditions": {
+            "cpus": os.cpu_count(),
+            "load_avg_1m_start": round(load_start[0], 2),
+            "load_avg_1m_end": round(os.getloadavg()[0], 2),
+            "postgres": "DATABASE_URL's server, scratch database",
+            "table": "billing_price, 100 events per row (a create, then 99 updates of two fields)",
+        },
+        "drift": result,
+        "drift_check_s": result["drift_check_s"],
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(out, indent=2))
+    print(json.dumps(out["conditions"]), json.dumps(result), f"drift_check_s={result['drift_check_s']}")
+    if not result["found_exactly_the_ten_changed_rows"]:
+        raise SystemExit("the drift check did not name exactly the ten rows changed behind its back")
 
 
 if __name__ == "__main__":

@@ -156,6 +156,24 @@ class EmbeddedPostgres:
                 check=True,
             )
 
+    def create_roles(self, database: str, *, owner: str, app: str) -> None:
+        """Set up the owner and application roles in ``database`` (idempotent; ADR 0020)."""
+        from governor.db_roles import db_roles_script
+
+        subprocess.run(
+            [
+                _pg_bin("psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", database,
+                "-v", "ON_ERROR_STOP=1", "-q",
+            ],
+            input=db_roles_script(database=database, owner=owner, app=app),
+            check=True,
+            text=True,
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def role_url(self, database: str, role: str) -> str:
+        return f"postgresql://{role}@127.0.0.1:{self.port}/{database}"
+
     def stop(self) -> None:
         if not self.started or not (self.data_dir / "postmaster.pid").exists():
             return

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from governor.db_roles import DEFAULT_APP as DB_APP
+from governor.db_roles import DEFAULT_OWNER as DB_OWNER
 from governor.embedded import EmbeddedPostgres, EmbeddedRedis, port_open
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,10 +60,14 @@ def _pump(child: Child, color: str) -> None:
 class Services:
     """The embedded PostgreSQL/Redis this launcher started, if any, and the URLs to use."""
 
-    def __init__(self, *, database: str) -> None:
+    def __init__(self, *, database: str, least_privilege: bool = False) -> None:
         self.pg: EmbeddedPostgres | None = None
         self.redis: EmbeddedRedis | None = None
         self.database_url = os.environ.get("DATABASE_URL", "")
+        self.migrate_database_url = os.environ.get("MIGRATE_DATABASE_URL", "")
+        # Embedded `run`: the platform logs in as a role that owns nothing, `migrate` as the owner
+        # (ADR 0020). The test suite stays a superuser: it creates databases and flushes the trail.
+        self.least_privilege = least_privilege
         self.redis_url = os.environ.get("REDIS_URL", "")
         self.database = database
 
@@ -77,13 +83,24 @@ class Services:
             self.pg.start()
             self.pg.create_database(self.database)
             self.database_url = self.pg.url(self.database)
+            if self.least_privilege:
+                _log(
+                    "setup",
+                    f"database roles: {DB_OWNER} owns the schema and migrates, {DB_APP} runs the platform",
+                )
+                self.pg.create_roles(self.database, owner=DB_OWNER, app=DB_APP)
+                self.database_url = self.pg.role_url(self.database, DB_APP)
+                self.migrate_database_url = self.pg.role_url(self.database, DB_OWNER)
         if not self.redis_url:
             self.redis = EmbeddedRedis(VAR / "redis", port=int(os.environ.get("GOVERNOR_REDIS_PORT", "6399")))
             _log("setup", f"starting embedded Redis on 127.0.0.1:{self.redis.port}")
             self.redis.start()
             self.redis_url = self.redis.url
         VAR.mkdir(parents=True, exist_ok=True)
-        (VAR / "governor.env").write_text(f"DATABASE_URL={self.database_url}\nREDIS_URL={self.redis_url}\n")
+        lines = [f"DATABASE_URL={self.database_url}", f"REDIS_URL={self.redis_url}"]
+        if self.migrate_database_url:
+            lines.append(f"MIGRATE_DATABASE_URL={self.migrate_database_url}")
+        (VAR / "governor.env").write_text("".join(f"{line}\n" for line in lines))
 
     def stop(self) -> None:
         if self.redis:
@@ -96,6 +113,7 @@ def _base_env(services: Services, *, debug: bool) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         DATABASE_URL=services.database_url,
+        MIGRATE_DATABASE_URL=services.migrate_database_url,
         REDIS_URL=services.redis_url,
         DJANGO_SETTINGS_MODULE="governor.settings",
         PYTHONUNBUFFERED="1",
@@ -239,7 +257,7 @@ def stop_children(children: list[Child], *, grace_s: float) -> None:
 
 def run(argv: list[str]) -> int:
     _install_stop_handlers()
-    services = Services(database=os.environ.get("GOVERNOR_DB_NAME", "governor"))
+    services = Services(database=os.environ.get("GOVERNOR_DB_NAME", "governor"), least_privilege=True)
     children: list[Child] = []
     try:
         services.start()
@@ -341,7 +359,7 @@ def test(argv: list[str]) -> int:
 
 
 def shell(argv: list[str]) -> int:
-    services = Services(database=os.environ.get("GOVERNOR_DB_NAME", "governor"))
+    services = Services(database=os.environ.get("GOVERNOR_DB_NAME", "governor"), least_privilege=True)
     services.start()
     env = _base_env(services, debug=True)
     return subprocess.run([PY, str(ROOT / "manage.py"), *(argv or ["shell"])], cwd=ROOT, env=env).returncode

@@ -99,6 +99,14 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": database_from_url(_database_url)}
+# The role that owns the schema and runs ``migrate`` (docs/decisions/0020); DATABASE_URL's role then
+# owns nothing. Only its user and password are used: host, port and database are DATABASE_URL's.
+_migrate_database_url = env_str("MIGRATE_DATABASE_URL", "")
+MIGRATE_DATABASE = database_from_url(_migrate_database_url) if _migrate_database_url else None
+if MIGRATE_DATABASE is not None and any(
+    MIGRATE_DATABASE[key] != DATABASES["default"][key] for key in ("HOST", "PORT", "NAME")
+):
+    raise ConfigError("MIGRATE_DATABASE_URL must name the same host, port and database as DATABASE_URL")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
@@ -198,6 +206,10 @@ AUDIT_OPERATIONAL_COLUMNS = {
     ],
 }  # fmt: skip
 AUDIT_READER_CHECK = "governor.access.reads_everything"
+# A periodic check (drift, chain) whose latest result is older than this shows as stale, not green.
+AUDIT_CHECK_STALE_S = env_float("AUDIT_CHECK_STALE_S", 3600.0)
+# An unchanged passing result (the seal's, after every batch) is rewritten at most this often.
+AUDIT_CHECK_REFRESH_S = env_float("AUDIT_CHECK_REFRESH_S", 60.0)
 # Which public model names exist (the routes), for billing's price forms: billing sits below
 # deployments, so the project names the selector here (docs/decisions/0017).
 BILLING_PUBLIC_MODEL_NAMES = "deployments.selectors.route_public_names"

@@ -31,11 +31,17 @@ app.conf.beat_schedule["deployments-reconcile"] = {
 # audit: seal events into the hash chain (each write also seals on commit; this catches the rest,
 # e.g. raw writes the database trigger recorded).
 app.conf.beat_schedule["audit-seal"] = {"task": "audit.seal", "schedule": 1.0, "options": {"expires": 1.0}}
-# audit: walk the whole chain against the witness; the console's badge shows this verdict (ADR 0018).
+# audit: walk the whole chain against the witness (the ``chain`` check, ADR 0018) and compare every
+# governed row with its events (the ``drift`` check, ADR 0020); the Audit page's badge shows both.
 app.conf.beat_schedule["audit-verify"] = {
     "task": "audit.verify",
     "schedule": 300.0,
     "options": {"expires": 300.0},
+}
+app.conf.beat_schedule["audit-checks"] = {
+    "task": "audit.checks",
+    "schedule": float(os.environ.get("AUDIT_CHECK_INTERVAL_S") or 300.0),
+    "options": {"expires": float(os.environ.get("AUDIT_CHECK_INTERVAL_S") or 300.0)},
 }
 
 # deployments: republish the routes section of the gateway snapshot (changes also publish on commit).

@@ -10,6 +10,7 @@ import json
 
 from django import template
 
+from audit.checks import check_results
 from audit.selectors import events_for_object
 
 register = template.Library()
@@ -44,3 +45,9 @@ def audit_timeline(
         "object_type": object_type,
         "object_id": str(object_id),
     }
+
+
+@register.inclusion_tag("audit/partials/health_badge.html")
+def audit_health_badge():
+    """The latest periodic checks (chain, drift): red as soon as one found something, with when and what."""
+    return {"health": check_results()}

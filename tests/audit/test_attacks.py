@@ -235,16 +235,19 @@ def test_truncated_checkpoint_file_is_named_and_not_appended_to(settings):
 
 
 def test_broken_chain_turns_the_badge_red_without_pressing_verify(admin_client):
-    from audit.tasks import audit_verify_task
+    from audit.tasks import audit_checks_task, audit_verify_task
 
     _witnessed()
     assert audit_verify_task() is True
+    audit_checks_task()  # the drift check: the badge is green only when chain and drift both passed
     body = admin_client.get(reverse("audit:event_list")).content.decode()
-    assert 'data-audit-health="ok"' in body
+    assert 'id="audit-health" data-state="ok"' in body
     tamper("UPDATE audit_auditevent SET reason = 'edited' WHERE chain_index = 2")
     assert audit_verify_task() is False  # the periodic task, not a button
     body = admin_client.get(reverse("audit:event_list")).content.decode()
-    assert 'data-audit-health="failed"' in body and 'data-audit-health="ok"' not in body
+    assert (
+        'id="audit-health" data-state="failed"' in body and 'data-check="chain" data-state="failed"' in body
+    )
     assert "first bad event at chain index 2" in body
 
 

@@ -43,7 +43,7 @@ def test_list_shows_newest_first_with_details_and_chain_status(admin_client):
     body = response.content.decode()
     assert body.index("step 2") < body.index("step 1") < body.index("step 0")
     assert head.hash in body  # the chain head, and each event's hash in its details
-    assert 'data-audit-health="unknown"' in body  # no automatic verification has run yet
+    assert 'id="audit-health" data-state="unknown"' in body  # no automatic verification has run yet
     from audit.signing import signing_key
 
     assert signing_key().public_hex in body

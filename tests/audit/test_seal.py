@@ -162,3 +162,23 @@ def test_the_default_background_sealer_seals_soon_after_commit_off_the_writers_t
         assert AuditEvent.objects.get().chain_index == 0
     finally:
         services.background_sealer_stop()  # its connection would keep the test database from being dropped
+
+
+def test_a_passing_seal_result_is_rewritten_once_it_is_older_than_the_refresh_so_last_ran_stays_true(
+    settings,
+):
+    """The seal runs after every commit; its unchanged OK is not rewritten each time, but the badge's
+    'last ran' must not freeze at the first run of a healthy process either."""
+    from audit.models import AuditCheck
+
+    settings.AUDIT_CHECK_REFRESH_S = 3600.0
+    record_events(1)
+    audit_seal()
+    first = AuditCheck.objects.get(name="seal").checked_at
+    record_events(1)
+    audit_seal()
+    assert AuditCheck.objects.get(name="seal").checked_at == first  # within the refresh: no write
+    settings.AUDIT_CHECK_REFRESH_S = 0.0
+    record_events(1)
+    audit_seal()
+    assert AuditCheck.objects.get(name="seal").checked_at > first  # older than the refresh: rewritten
