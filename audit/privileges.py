@@ -99,6 +99,12 @@ $$;
 
 
 def audit_privileges_lock(*, using: str = "default") -> None:
-    """Take every write privilege on the trail from everyone but its owner (idempotent; after migrate)."""
+    """Take every write privilege on the trail from everyone but its owner (idempotent; after migrate).
+
+    A partial ``migrate <app>`` of an app the trail does not depend on runs this before the trail's
+    table exists: then there is nothing to lock yet, and the next full migrate locks it."""
     with connections[using].cursor() as cursor:
+        cursor.execute("SELECT to_regclass('audit_auditevent') IS NOT NULL")
+        if not cursor.fetchone()[0]:
+            return
         cursor.execute(LOCKDOWN_SQL)
