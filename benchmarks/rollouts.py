@@ -212,7 +212,12 @@ def run(a: argparse.Namespace, work: Path) -> dict:
 
         queue = f"bench-rollouts-{os.getpid()}"
         worker_env = dict(
-            os.environ, RAY_SERVE_URL=serve_url, CELERY_TASK_DEFAULT_QUEUE=queue, PYTHONUNBUFFERED="1"
+            os.environ,
+            RAY_SERVE_URL=serve_url,
+            CELERY_TASK_DEFAULT_QUEUE=queue,
+            PYTHONUNBUFFERED="1",
+            # One platform start, as the launcher gives its children (Deployment.display_status).
+            GOVERNOR_STARTED_AT=f"{settings.PLATFORM_STARTED_AT:.3f}",
         )
         worker = procs.start(
             "worker",

@@ -198,6 +198,12 @@ def subprocess_env(**extra: str) -> dict[str, str]:
         DATABASE_URL=test_database_url(), PYTHONUNBUFFERED="1", DJANGO_SETTINGS_MODULE="governor.settings"
     )
     env.setdefault("SECRET_KEY", "governor-test-secret-key-not-for-production")
+    # One platform start for every process, as the launcher gives its children: otherwise a worker
+    # started later would call every deployment observed before it "unknown" and publish routes the
+    # gateway refuses to use.
+    from django.conf import settings
+
+    env.setdefault("GOVERNOR_STARTED_AT", f"{settings.PLATFORM_STARTED_AT:.3f}")
     env.update(extra)
     return env
 
