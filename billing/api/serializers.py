@@ -100,6 +100,11 @@ class LimitsSerializer(serializers.ModelSerializer):
     class Meta:
         model = TenantLimits
         fields = ["tenant", "rpm_limit", "tpm_limit", "max_input_tokens", "max_output_tokens"]
+        # PUT sets all four (0 = none): a missing one is a 400 naming it, never a guessed default.
+        extra_kwargs = {
+            name: {"required": True}
+            for name in ("rpm_limit", "tpm_limit", "max_input_tokens", "max_output_tokens")
+        }
 
 
 class UsageEventSerializer(serializers.ModelSerializer):
