@@ -168,7 +168,6 @@ def test_budget_and_limits_by_role(role, get_status, put_status, role_clients, t
         assert b.amount_usd == 5 and not TenantLimits.objects.exists()
 
 
-
 def test_a_limits_put_missing_a_field_is_a_400_naming_it_and_changes_nothing(admin_client, tenant):
     """The API fuzz found a 500 here: an empty PUT reached the service without its four limits."""
     url = reverse("api-limits-detail", args=[tenant.slug])
@@ -178,6 +177,7 @@ def test_a_limits_put_missing_a_field_is_a_400_naming_it_and_changes_nothing(adm
     r = admin_client.put(url, {"rpm_limit": 5}, content_type="application/json")
     assert r.status_code == 400 and "rpm_limit" not in r.json()
     assert not TenantLimits.objects.exists()
+
 
 def test_usage_api_is_tenant_scoped_and_filterable(role_clients, tenant, other_tenant):
     make_event(tenant, model="a")
