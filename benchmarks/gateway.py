@@ -49,6 +49,8 @@ sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
 
+from procs import free_port  # noqa: E402
+
 MODEL = "bench-llama"
 TOKENS = 64
 # Spawned client processes inherit the environment, so they send the same key.
@@ -56,12 +58,6 @@ SECRET = os.environ.setdefault("GATEWAY_BENCH_SECRET", "gk-bench-" + uuid.uuid4(
 
 
 # ------------------------------------------------------------------ processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:

@@ -10,7 +10,6 @@ back to the plain path, so production keeps working, only slower).
 from __future__ import annotations
 
 import asyncio
-import socket
 import types
 
 import pytest
@@ -18,6 +17,7 @@ import uvicorn
 
 from asgistream import BodyPusher, fast_path_available, uvicorn_cycle
 from asgistream.pusher import CYCLE_ATTRS, CYCLE_MODULE
+from procs import free_port as _free_port
 
 CHUNKS = [b"data: %d\n\n" % i * (1 + i % 5) for i in range(200)]
 
@@ -134,12 +134,6 @@ def test_a_foreign_or_reshaped_cycle_is_not_used():
 
 
 # --- a real uvicorn on loopback -------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _app(record: dict, fast_path: bool):

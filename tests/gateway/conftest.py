@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from procs import free_port
 from tests.conftest import subprocess_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,12 +53,6 @@ def wait_shipped(gateway_url: str, timeout: float = 60) -> dict:
         timeout=timeout,
         what="every spooled usage event shipped",
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
