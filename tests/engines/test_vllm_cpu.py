@@ -89,7 +89,10 @@ def test_streamed_chat_completion_carries_content_and_usage(vllm_server):
     )
     chunks = list(stream)
     content = [c for c in chunks if c.choices and c.choices[0].delta.content]
-    assert len(content) >= 12  # tokens arrive as separate SSE events, not one blob
+    # Tokens arrive as separate SSE events, not one blob. How many events is up to vLLM: its
+    # RequestOutputCollector merges deltas when the engine gets ahead of the API server's event
+    # loop, which on a busy 2-core machine can fold 24 tokens into two or three events.
+    assert len(content) >= 2
     assert "".join(c.choices[0].delta.content for c in content).strip()
     assert chunks[-1].choices == [] and chunks[-1].usage is not None  # the usage-only final chunk
     usage = chunks[-1].usage

@@ -96,7 +96,9 @@ def test_serve_app_streams_completions_metrics_and_cleans_up(ray_cluster):  # no
         )
     )
     content = [c for c in chunks if c.choices and c.choices[0].delta.content]
-    assert len(content) >= 6  # streamed through Serve's proxy chunk by chunk
+    # Streamed through Serve's proxy in more than one event (vLLM itself merges deltas when its
+    # engine gets ahead of the API server, so the exact count depends on the machine's load).
+    assert len(content) >= 2
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 12
 
     assert httpx.get(f"{base}/health", timeout=30).status_code == 200
