@@ -256,6 +256,7 @@ def _budget_json(s: dict) -> dict:
         "period_key": s["period_key"],
         "spent_usd": str(s["spent_usd"]),
         "left_usd": str(s["left_usd"]),
+        "held_usd": str(s["held_usd"]),
         "alerts": [{"percent": a.percent, "at": a.created_at} for a in s["alerts"]],
     }
 

@@ -10,7 +10,7 @@ from django.db.models.functions import TruncMonth, TruncWeek
 from django.utils import timezone
 
 from billing.models import NANOS_PER_USD, ApiKey, Budget, RollupCursor, Tenant, UsageRollup
-from billing.selectors.budgets import budget_gateway_state, period_bounds
+from billing.selectors.spend import PeriodSpend, period_spend
 from billing.sketches import sketch_merge, sketch_quantiles
 
 BUCKETS = ("day", "week", "month")
@@ -164,7 +164,8 @@ def budget_burndown(*, tenant: Tenant, at: dt.datetime | None = None) -> dict | 
     except Budget.DoesNotExist:
         return None
     at = at or timezone.now()
-    key, start, end = period_bounds(period=budget.period, at=at)
+    spend = period_spend(tenant_id=tenant.pk, period=budget.period, at=at)
+    key, start, end = spend.period_key, spend.start, spend.end
     cap = budget.hard_cap_nanos if budget.hard_cap_nanos is not None else budget.amount_nanos
     days = list(
         daily_rollups(tenant_id=tenant.pk, since=start, until=end)
@@ -176,7 +177,15 @@ def budget_burndown(*, tenant: Tenant, at: dt.datetime | None = None) -> dict | 
     for d in days:
         running += d["cost"] or 0
         cumulative.append({"day": d["bucket_start"], "spent_usd": _usd(running)})
-    spent = running
+    # The curve comes from the daily rollups, which lag; the spend not yet in them (still in the
+    # events or only in the gateways' counters) is put on today, so the curve ends at the spend.
+    spent = spend.spent_nanos
+    if spent > running:
+        today = at.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        if cumulative and cumulative[-1]["day"] == today:
+            cumulative[-1]["spent_usd"] = _usd(spent)
+        else:
+            cumulative.append({"day": today, "spent_usd": _usd(spent)})
     forecast, cap_at = spend_forecast(
         spent_nanos=spent, cap_nanos=cap, period_start=start, period_end=end, at=at
     )
@@ -196,26 +205,25 @@ def budget_burndown(*, tenant: Tenant, at: dt.datetime | None = None) -> dict | 
         "days": cumulative,
         "formula": "forecast = spend so far ÷ time elapsed in the period × period length",
     }
-    return _as_the_gateway_sees_it(burndown, tenant_id=tenant.pk, at=at, rate=rate)
+    return _as_the_gateway_sees_it(burndown, spend=spend, at=at, rate=rate)
 
 
-def _as_the_gateway_sees_it(burndown: dict, *, tenant_id: int, at: dt.datetime, rate: float) -> dict:
+def _as_the_gateway_sees_it(burndown: dict, *, spend: PeriodSpend, at: dt.datetime, rate: float) -> dict:
     """Make the cap figures agree with the gateway's refusals.
 
-    The rollups lag by up to a minute and know nothing of requests in flight, while the gateway
-    refuses a request once ``spent + held + its worst case`` passes the hard cap. So the cap time
-    comes from the gateway's counters: when it has refused, the cap was reached then (a past time,
-    in ``refusing_since``); otherwise it is when the room left, ``cap - spent - held``, runs out
-    at the period's burn rate.
+    The gateway refuses a request once ``spent + held + its worst case`` passes the hard cap, so
+    the cap time comes from the gateway's counters: when it has refused, the cap was reached then
+    (a past time, in ``refusing_since``); otherwise it is when the room left,
+    ``cap - spent - held``, runs out at the period's burn rate.
     """
     budget = burndown["budget"]
     cap = budget.hard_cap_nanos
-    gw = budget_gateway_state(tenant_id=tenant_id, period_key=burndown["period_key"])
+    gw = spend.gateway
     burndown.update(refusing_since=None, held_usd=Decimal(0), room_usd=None)
     if cap is None or gw is None:
         return burndown
     burndown["held_usd"] = _usd(gw.held_nanos)
-    room = max(0, cap - gw.spent_nanos - gw.held_nanos)
+    room = max(0, cap - spend.spent_nanos - gw.held_nanos)
     burndown["room_usd"] = _usd(room)
     if gw.refused_at is not None:
         burndown.update(refusing_since=gw.refused_at, cap_at=None, over_cap=True)

@@ -1,4 +1,4 @@
-"""Usage event reads for pages, exports and spend."""
+"""Usage event reads for pages and exports (what a tenant has spent: billing.selectors.spend)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,6 @@ from billing.models import (
     NANOS_PER_USD,
     UsageEvent,
 )
-
-
-def tenant_spend_nanos(*, tenant_id: int, since: dt.datetime, until: dt.datetime) -> int:
-    """Spend of a tenant between two times, from Postgres (the source of truth)."""
-    total = UsageEvent.objects.filter(
-        tenant_id=tenant_id, started_at__gte=since, started_at__lt=until
-    ).aggregate(s=Sum("cost_nanos"))["s"]
-    return int(total or 0)
 
 
 def usage_events(

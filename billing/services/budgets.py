@@ -17,8 +17,7 @@ from billing.models import (
     BudgetAlert,
     Tenant,
 )
-from billing.selectors.budgets import budget_gateway_state, period_bounds
-from billing.selectors.usage import tenant_spend_nanos
+from billing.selectors.spend import PeriodSpend, period_bounds, period_spend
 from billing.services.gateway_config import gateway_prefix, gateway_redis, tenancy_section_publish_on_commit
 from billing.services.notifications import budget_notification_create
 from gateway.limits import budget_hash_key
@@ -137,36 +136,33 @@ def budget_alerts_record(*, at=None) -> int:
         r.close()
     now = at or timezone.now()
     for budget in Budget.objects.select_related("tenant"):
-        pkey, start, end = period_bounds(period=budget.period, at=now)
-        spent = tenant_spend_nanos(tenant_id=budget.tenant_id, since=start, until=end)
+        spend = period_spend(tenant_id=budget.tenant_id, period=budget.period, at=now)
         for pct in budget.soft_threshold_percents or []:
-            if budget.amount_nanos and spent >= budget.amount_nanos * int(pct) // 100:
+            if budget.amount_nanos and spend.spent_nanos >= budget.amount_nanos * int(pct) // 100:
                 created += _alert_create(
-                    tenant_id=budget.tenant_id, period_key=pkey, percent=int(pct), spent_nanos=spent
+                    tenant_id=budget.tenant_id,
+                    period_key=spend.period_key,
+                    percent=int(pct),
+                    spent_nanos=spend.spent_nanos,
                 )
-        created += _cap_alert_record(budget=budget, period_key=pkey, spent_nanos=spent)
+        created += _cap_alert_record(budget=budget, spend=spend)
     return created
 
 
-def _cap_alert_record(*, budget: Budget, period_key: str, spent_nanos: int) -> int:
+def _cap_alert_record(*, budget: Budget, spend: PeriodSpend) -> int:
     """Notify once per period when the gateway starts refusing this tenant's requests at the hard cap.
 
-    The gateway marks its first refusal in the period's counters (``refused_at``); spend in Postgres
-    at or past the cap means refusals too, should Redis have lost the mark.
+    The gateway marks its first refusal in the period's counters (``refused_at``); spend at or past
+    the cap means refusals too, should Redis have lost the mark.
     """
     cap = budget.hard_cap_nanos
-    if cap is None:
+    if cap is None or (spend.refused_at is None and spend.spent_nanos < cap):
         return 0
-    gw = budget_gateway_state(tenant_id=budget.tenant_id, period_key=period_key)
-    refusing = (gw is not None and gw.refused_at is not None) or spent_nanos >= cap
-    if not refusing:
-        return 0
-    spent = max(spent_nanos, gw.spent_nanos if gw else 0)
     return _alert_create(
         tenant_id=budget.tenant_id,
-        period_key=period_key,
+        period_key=spend.period_key,
         percent=budget.hard_cap_percent,
-        spent_nanos=spent,
+        spent_nanos=spend.spent_nanos,
         kind=BudgetAlert.Kind.CAP,
     )
 

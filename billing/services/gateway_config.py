@@ -14,9 +14,8 @@ from billing.models import (
     ApiKey,
     Tenant,
 )
-from billing.selectors.budgets import period_bounds
 from billing.selectors.prices import prices_in_force
-from billing.selectors.usage import tenant_spend_nanos
+from billing.selectors.spend import period_spend
 from gateway.publish import publish_section
 
 log = logging.getLogger(__name__)
@@ -67,14 +66,15 @@ def tenancy_section_build(*, at: dt.datetime | None = None) -> dict:
         budget = getattr(t, "budget", None)
         b = None
         if budget is not None:
-            key, start, end = period_bounds(period=budget.period, at=at)
+            # PostgreSQL only: this seeds the gateways' own counters (billing.selectors.spend).
+            spend = period_spend(tenant_id=t.pk, period=budget.period, at=at, with_gateway=False)
             b = {
                 "period": budget.period,
                 "amount_nanos": budget.amount_nanos,
                 "hard_cap_nanos": budget.hard_cap_nanos,
                 "soft_percents": list(budget.soft_threshold_percents or []),
-                "spent_period_key": key,
-                "spent_nanos": tenant_spend_nanos(tenant_id=t.pk, since=start, until=end),
+                "spent_period_key": spend.period_key,
+                "spent_nanos": spend.settled_nanos,
             }
         tenants[str(t.pk)] = {
             "slug": t.slug,

@@ -366,8 +366,8 @@ def test_at_the_cap_the_page_shows_the_gateways_refusals_and_admins_are_notified
     import uuid
 
     from billing.models import Notification
-    from billing.selectors.budgets import period_bounds
     from billing.selectors.costs import budget_burndown
+    from billing.selectors.spend import period_bounds
     from billing.services.budgets import budget_alerts_record, budget_set
     from billing.services.rollups import usage_rollup_run
     from tests.billing.test_rollups import make_event

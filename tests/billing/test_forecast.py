@@ -17,8 +17,8 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from billing.selectors.budgets import period_bounds
 from billing.selectors.costs import budget_burndown, spend_forecast
+from billing.selectors.spend import period_bounds
 from billing.services.budgets import budget_set
 from billing.services.rollups import usage_rollup_run
 from tests.billing.test_rollups import make_event
