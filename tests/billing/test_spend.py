@@ -77,14 +77,18 @@ def _gateway_counters(tenant, period_key, **fields) -> str:
     return prefix
 
 
-def test_budget_page_burndown_and_alerts_agree_while_the_rollups_lag(settings, admin_user, tenant, member_client):
+def test_budget_page_burndown_and_alerts_agree_while_the_rollups_lag(
+    settings, admin_user, tenant, member_client
+):
     """Before the rollup has run, the budget status, the burndown (and its chart's last point) and the
     threshold alert all report the same spend: they read it from one place."""
     settings.GATEWAY_KEY_PREFIX = f"test-{uuid.uuid4().hex[:8]}:"  # no gateway counters for this tenant
     budget_set(tenant=tenant, amount_usd=Decimal("1.00"), soft_threshold_percents=[50], actor=admin_user)
     now = timezone.now()
     _, start, _ = period_bounds(period="monthly", at=now)
-    make_event(tenant, at=max(start, now - dt.timedelta(minutes=30)), cost=600_000_000)  # $0.60, not rolled up
+    make_event(
+        tenant, at=max(start, now - dt.timedelta(minutes=30)), cost=600_000_000
+    )  # $0.60, not rolled up
 
     status = budget_status(tenant=tenant)
     burndown = budget_burndown(tenant=tenant)
@@ -95,7 +99,11 @@ def test_budget_page_burndown_and_alerts_agree_while_the_rollups_lag(settings, a
     assert alert.spent_nanos == 600_000_000
 
     usage_rollup_run(lag_seconds=0)  # once rolled up, the figure does not move
-    assert budget_status(tenant=tenant)["spent_usd"] == budget_burndown(tenant=tenant)["spent_usd"] == Decimal("0.6")
+    assert (
+        budget_status(tenant=tenant)["spent_usd"]
+        == budget_burndown(tenant=tenant)["spent_usd"]
+        == Decimal("0.6")
+    )
     page = member_client.get(reverse("billing:tenant_cost", args=[tenant.slug]))
     assert page.status_code == 200 and "0.60" in page.content.decode()
 
@@ -110,7 +118,11 @@ def test_gateway_counters_ahead_of_postgres_are_the_spend_everywhere(settings, a
     settings.GATEWAY_KEY_PREFIX = _gateway_counters(tenant, pkey, spent=850_000_000, held=20_000_000)
 
     spend = period_spend(tenant_id=tenant.pk, period="monthly", at=now)
-    assert (spend.settled_nanos, spend.spent_nanos, spend.held_nanos) == (100_000_000, 850_000_000, 20_000_000)
+    assert (spend.settled_nanos, spend.spent_nanos, spend.held_nanos) == (
+        100_000_000,
+        850_000_000,
+        20_000_000,
+    )
     assert budget_status(tenant=tenant)["spent_usd"] == Decimal("0.85")
     assert budget_status(tenant=tenant)["held_usd"] == Decimal("0.02")
     assert budget_burndown(tenant=tenant)["spent_usd"] == Decimal("0.85")
