@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from engines.server import ApiError, build_engine_app
+from engines.requests import ApiError
+from engines.server import build_engine_app
 
 _JSON = [(b"content-type", b"application/json")]
 

@@ -8,7 +8,8 @@ import openai
 import pytest
 
 from engines.quality import QualityProfile, answer
-from engines.server import build_engine_app, estimate_tokens
+from engines.server import build_engine_app
+from engines.tokens import estimate_tokens
 from evalkit.builtin import generate
 from evalkit.runner import truth_of
 from evalkit.scorers import score

@@ -12,7 +12,7 @@ import openai
 import orjson
 import pytest
 
-from engines.server import estimate_tokens
+from engines.tokens import estimate_tokens
 
 
 @pytest.fixture(scope="module")
