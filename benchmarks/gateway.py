@@ -163,11 +163,11 @@ def snapshot_sections(engine_ports: list[int], limits: bool) -> dict[str, dict]:
 
 
 def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limits: bool) -> int:
-    """Publish both sections through the product's own writer (``gateway.publish``), as the console
+    """Publish both sections through the product's own writer (``snapshot.publish``), as the console
     does; returns the snapshot version the gateway will report once it serves them."""
     import redis
 
-    from gateway.publish import publish_section
+    from snapshot.publish import publish_section
 
     r = redis.Redis.from_url(redis_url)
     try:

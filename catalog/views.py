@@ -22,7 +22,7 @@ from catalog.forms import (
     VersionFilterForm,
 )
 from catalog.models import GpuType, Model, ModelVersion
-from governor.access import PlatformAdminRequiredMixin, PlatformUserRequiredMixin
+from core.access import PlatformAdminRequiredMixin, PlatformUserRequiredMixin
 
 PAGE_SIZE = 25
 

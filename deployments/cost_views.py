@@ -9,9 +9,9 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views import View
 
-from deployments.costs import gpu_cost_summary
-from governor.access import ReadsEverythingRequiredMixin
-from governor.forms import BootstrapMixin
+from core.access import ReadsEverythingRequiredMixin
+from core.forms import BootstrapMixin
+from deployments.selectors.costs import gpu_cost_summary
 
 
 class CostRangeForm(BootstrapMixin, forms.Form):

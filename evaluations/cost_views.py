@@ -10,16 +10,16 @@ from django.urls import reverse
 from django.views import View
 from django_htmx.http import HttpResponseClientRefresh
 
-from evaluations.cost_forms import CapacityPlanForm
-from evaluations.planner import capacity_plan_create, capacity_plan_get, capacity_plan_list
-from evaluations.pricing import derived_price_publish, price_derivation, price_derivations
-from governor.access import (
+from core.access import (
     PlatformAdminRequiredMixin,
     PlatformUserRequiredMixin,
     ReadsEverythingRequiredMixin,
     is_platform_admin,
     reads_everything,
 )
+from evaluations.cost_forms import CapacityPlanForm
+from evaluations.planner import capacity_plan_create, capacity_plan_get, capacity_plan_list
+from evaluations.pricing import derived_price_publish, price_derivation, price_derivations
 
 
 class DerivedPriceListView(ReadsEverythingRequiredMixin, View):

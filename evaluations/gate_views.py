@@ -21,6 +21,7 @@ from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseClientRefresh
 
 from catalog.selectors import model_all, model_version_queryset
+from core.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 from evaluations import evalruns, gates, selectors
 from evaluations.constants import GateKind
 from evaluations.gate_forms import (
@@ -32,7 +33,6 @@ from evaluations.gate_forms import (
     SuiteUploadForm,
 )
 from evaluations.models import EvalRun, EvalSuite, GateDecision
-from governor.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 
 if TYPE_CHECKING:
     from catalog.models import ModelVersion

@@ -11,7 +11,7 @@ from django.shortcuts import render
 from django.views import View
 
 from catalog.selectors import catalog_counts
-from governor.access import PlatformUserRequiredMixin, reads_everything, tenant_ids
+from core.access import PlatformUserRequiredMixin, reads_everything, tenant_ids
 
 
 class HomeView(PlatformUserRequiredMixin, View):
@@ -37,7 +37,7 @@ OVERVIEW_DAYS = 30
 def platform_overview(*, days: int) -> dict:
     """Composes billing's and deployments' cost selectors over the last ``days`` UTC days."""
     from billing.selectors.costs import budgets_at_risk, cost_breakdown, cost_series
-    from deployments.costs import gpu_cost_summary
+    from deployments.selectors.costs import gpu_cost_summary
 
     today = dt.datetime.now(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     until, since = today + dt.timedelta(days=1), today + dt.timedelta(days=1 - days)

@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from catalog.selectors import model_version_queryset
+from core.access import ReadsEverythingOrAdmin
 from evaluations import evalruns, gates, selectors
 from evaluations.api.gate_serializers import (
     EvalRunSerializer,
@@ -22,7 +23,6 @@ from evaluations.api.gate_serializers import (
     SuiteVersionSerializer,
 )
 from evaluations.models import EvalRun, EvalSuiteVersion
-from governor.access import ReadsEverythingOrAdmin
 
 
 def _drf(exc: DjangoValidationError) -> serializers.ValidationError:

@@ -9,6 +9,7 @@ from rest_framework import generics, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.access import ReadsEverythingOrAdmin
 from evaluations import selectors
 from evaluations.api.serializers import (
     BenchmarkRunCreateSerializer,
@@ -19,7 +20,6 @@ from evaluations.api.serializers import (
 )
 from evaluations.models import BenchmarkRun
 from evaluations.services import benchmark_run_cancel, benchmark_run_create
-from governor.access import ReadsEverythingOrAdmin
 
 
 def _run(pk: int) -> BenchmarkRun:

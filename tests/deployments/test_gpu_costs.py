@@ -13,8 +13,8 @@ from billing.services.budgets import budget_set
 from billing.services.rollups import usage_rollup_run
 from catalog.services import gpu_cost_version_create
 from deployments.constants import EventKind
-from deployments.costs import gpu_cost_summary
 from deployments.models import DeploymentEvent
+from deployments.selectors.costs import gpu_cost_summary
 from tests.billing.test_rollups import make_event
 from tests.deployments.factories import DeploymentFactory
 

@@ -1,4 +1,7 @@
-"""Reads of the deployments app, including the routing table the gateway serves."""
+"""Reads of the deployments app, including the routing table the gateway serves.
+
+What the GPUs behind deployments cost is read in ``deployments.selectors.costs``.
+"""
 
 from __future__ import annotations
 
