@@ -12,7 +12,7 @@ from celery import Task, shared_task
 class _BenchmarkTask(Task):
     def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
         # A crash outside the service (time limit, worker lost) must still end the run.
-        from evaluations.services import benchmark_run_fail
+        from evaluations.services.benchmarks import benchmark_run_fail
 
         run_id = args[0] if args else kwargs.get("run_id")
         if run_id is not None:
@@ -28,7 +28,7 @@ class _BenchmarkTask(Task):
 )
 def benchmark_run_execute_task(run_id: int) -> dict:
     """Run a queued benchmark (a no-op when it is not queued any more)."""
-    from evaluations.services import benchmark_run_execute
+    from evaluations.services.benchmarks import benchmark_run_execute
 
     run = benchmark_run_execute(run_id=run_id)
     return {"id": run.pk, "status": run.status}
@@ -37,7 +37,7 @@ def benchmark_run_execute_task(run_id: int) -> dict:
 @shared_task(name="evaluations.benchmark_run_cross_check", soft_time_limit=6 * 3600, time_limit=6 * 3600 + 60)
 def benchmark_run_cross_check_task(run_id: int) -> str:
     """Replay a finished run with ``vllm bench serve`` (the service records failures on the run)."""
-    from evaluations.services import benchmark_run_cross_check_execute
+    from evaluations.services.benchmarks import benchmark_run_cross_check_execute
 
     return benchmark_run_cross_check_execute(run_id=run_id).get("status", "")
 
@@ -45,14 +45,14 @@ def benchmark_run_cross_check_task(run_id: int) -> str:
 @shared_task(name="evaluations.benchmark_runs_reap_stale", soft_time_limit=60, time_limit=90)
 def benchmark_runs_reap_stale_task() -> int:
     """Mark running benchmarks without a heartbeat for two minutes as failed."""
-    from evaluations.services import benchmark_runs_reap_stale
+    from evaluations.services.benchmarks import benchmark_runs_reap_stale
 
     return benchmark_runs_reap_stale()
 
 
 class _EvalTask(Task):
     def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
-        from evaluations.evalruns import eval_run_fail
+        from evaluations.services.evals import eval_run_fail
 
         run_id = args[0] if args else kwargs.get("run_id")
         if run_id is not None:
@@ -68,7 +68,7 @@ class _EvalTask(Task):
 )
 def eval_run_execute_task(run_id: int) -> dict:
     """Run a queued eval run (a no-op when it is not queued any more)."""
-    from evaluations.evalruns import eval_run_execute
+    from evaluations.services.evals import eval_run_execute
 
     run = eval_run_execute(run_id=run_id)
     return {"id": run.pk, "status": run.status}
@@ -76,7 +76,7 @@ def eval_run_execute_task(run_id: int) -> dict:
 
 class _GateTask(Task):
     def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
-        from evaluations.gates import gate_run_fail
+        from evaluations.services.gates import gate_run_fail
 
         run_id = args[0] if args else kwargs.get("run_id")
         if run_id is not None:
@@ -92,7 +92,7 @@ class _GateTask(Task):
 )
 def gate_run_execute_task(run_id: int) -> dict:
     """Decide each gate of a queued gate run (a no-op when it is not queued any more)."""
-    from evaluations.gates import gate_run_execute
+    from evaluations.services.gates import gate_run_execute
 
     run = gate_run_execute(run_id=run_id)
     return {"id": run.pk, "status": run.status}
@@ -101,7 +101,7 @@ def gate_run_execute_task(run_id: int) -> dict:
 @shared_task(name="evaluations.eval_runs_reap_stale", soft_time_limit=60, time_limit=90)
 def eval_runs_reap_stale_task() -> int:
     """Mark running eval runs without a heartbeat for two minutes as failed."""
-    from evaluations.evalruns import eval_runs_reap_stale
+    from evaluations.services.evals import eval_runs_reap_stale
 
     return eval_runs_reap_stale()
 
@@ -109,14 +109,14 @@ def eval_runs_reap_stale_task() -> int:
 @shared_task(name="evaluations.gate_runs_reap_stale", soft_time_limit=60, time_limit=90)
 def gate_runs_reap_stale_task() -> int:
     """End in error the running gate runs without a heartbeat for two minutes."""
-    from evaluations.gates import gate_runs_reap_stale
+    from evaluations.services.gates import gate_runs_reap_stale
 
     return gate_runs_reap_stale()
 
 
 class _PlanTask(Task):
     def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
-        from evaluations.planner import capacity_plan_fail
+        from evaluations.services.planner import capacity_plan_fail
 
         plan_id = args[0] if args else kwargs.get("plan_id")
         if plan_id is not None:
@@ -126,7 +126,7 @@ class _PlanTask(Task):
 @shared_task(name="evaluations.capacity_plan_compute", base=_PlanTask, soft_time_limit=900, time_limit=960)
 def capacity_plan_compute_task(plan_id: int) -> dict:
     """Compute a queued capacity plan (simulating the candidates without measured goodput)."""
-    from evaluations.planner import capacity_plan_compute
+    from evaluations.services.planner import capacity_plan_compute
 
     plan = capacity_plan_compute(plan_id=plan_id)
     return {"id": plan.pk, "status": plan.status}

@@ -278,7 +278,7 @@ BENCHMARK_API_KEY = env_str("BENCHMARK_API_KEY", "")
 
 # The catalog asks this function whether a version's eval gates passed before it may be approved
 # (ADR 0007: the catalog names it here rather than importing the evaluations app).
-GOVERNOR_PROMOTION_GATE = "evaluations.selectors.version_gate_status"
+GOVERNOR_PROMOTION_GATE = "evaluations.selectors.gates.version_gate_status"
 
 # Outbound calls to URLs users set (tenant webhooks) never reach loopback, private, link-local or
 # metadata addresses (governor.outbound, ADR 0016), except the destinations listed here by the

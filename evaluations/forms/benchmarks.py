@@ -20,6 +20,7 @@ from evaluations.constants import (
     RunStatus,
     TargetKind,
 )
+from evaluations.forms.common import small_bootstrap
 
 LENGTH_KINDS = [
     ("fixed", "fixed (a)"),
@@ -35,18 +36,6 @@ ARRIVALS = [
 ]
 
 
-def _bs(form: forms.Form) -> None:
-    """Bootstrap classes on every widget (forms stay plain Django)."""
-    for field in form.fields.values():
-        w = field.widget
-        if isinstance(w, forms.CheckboxInput):
-            w.attrs.setdefault("class", "form-check-input")
-        elif isinstance(w, forms.Select):
-            w.attrs.setdefault("class", "form-select form-select-sm")
-        else:
-            w.attrs.setdefault("class", "form-control form-control-sm")
-
-
 class RunFilterForm(forms.Form):
     """Query parameters of the run list."""
 
@@ -57,7 +46,7 @@ class RunFilterForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        _bs(self)
+        small_bootstrap(self)
 
 
 class CompareForm(forms.Form):
@@ -139,7 +128,7 @@ class BenchmarkRunForm(forms.Form):
         self.fields["deployment"].queryset = deployment_list()
         self.fields["model_version"].queryset = model_version_list()
         self.fields["gpu_type"].queryset = gpu_type_list()
-        _bs(self)
+        small_bootstrap(self)
 
     def clean_ladder(self) -> list[float]:
         raw = self.cleaned_data.get("ladder") or ""

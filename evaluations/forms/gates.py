@@ -1,7 +1,7 @@
-"""Forms of the eval and gate pages: suite upload, filters, the gate-run form and the policy editor.
+"""Forms of the gate pages: the decision filters, the gate-run form and the policy editor.
 
 The policy editor has one flat field per limit; ``GatePolicyForm.service_kwargs`` turns them into
-the three gate objects ``evaluations.gates.gate_policy_save`` validates (and names fields in).
+the three gate objects ``evaluations.services.gates.gate_policy_save`` validates (and names fields in).
 """
 
 from __future__ import annotations
@@ -12,40 +12,12 @@ from django import forms
 
 from catalog.selectors import gpu_type_list, model_all
 from evaluations.constants import EvidenceLabel, GateKind, GateMode, Verdict
-from evaluations.forms import _bs
-from evaluations.gates import DEFAULT_PERFORMANCE, DEFAULT_QUALITY, DEFAULT_STABILITY
+from evaluations.forms.common import small_bootstrap
 from evaluations.models import EvalSuite, GatePolicy
+from evaluations.services.gates import DEFAULT_PERFORMANCE, DEFAULT_QUALITY, DEFAULT_STABILITY
 
 if TYPE_CHECKING:
     from catalog.models import Model
-
-
-class SuiteUploadForm(forms.Form):
-    name = forms.CharField(max_length=128, help_text="An existing name adds a new version of that suite.")
-    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
-    file = forms.FileField(label="JSONL file", help_text="One case per line (see the format below).")
-    note = forms.CharField(required=False, max_length=255, help_text="What changed in this version")
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        _bs(self)
-
-
-class EvalRunForm(forms.Form):
-    """Run a suite version against a live deployment (its OpenAI URL through Ray Serve)."""
-
-    deployment = forms.ModelChoiceField(queryset=None, empty_label=None)
-    concurrency = forms.IntegerField(min_value=1, max_value=64, initial=16)
-    seed = forms.IntegerField(
-        initial=1234, help_text="Same seed + temperature 0: the same requests every time"
-    )
-
-    def __init__(self, *args, **kwargs):
-        from deployments.selectors import deployment_list
-
-        super().__init__(*args, **kwargs)
-        self.fields["deployment"].queryset = deployment_list()
-        _bs(self)
 
 
 class DecisionFilterForm(forms.Form):
@@ -63,7 +35,7 @@ class DecisionFilterForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        _bs(self)
+        small_bootstrap(self)
 
     def selector_kwargs(self) -> dict:
         f = self.cleaned_data if self.is_valid() else {}
@@ -76,19 +48,6 @@ class DecisionFilterForm(forms.Form):
             "since": f.get("since"),
             "until": f.get("until"),
         }
-
-
-class CaseFilterForm(forms.Form):
-    category = forms.ChoiceField(required=False)
-    failed = forms.BooleanField(required=False, label="only cases that lost points")
-    q = forms.CharField(
-        required=False, widget=forms.TextInput(attrs={"placeholder": "id or output contains"})
-    )
-
-    def __init__(self, *args, categories: list[str] = (), **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["category"].choices = [("", "every category")] + [(c, c) for c in categories]
-        _bs(self)
 
 
 class GateRunForm(forms.Form):
@@ -157,7 +116,7 @@ class GatePolicyForm(forms.Form):
         ]
         if not self.is_bound:
             self.initial.update(self.initial_from(current))
-        _bs(self)
+        small_bootstrap(self)
 
     @staticmethod
     def initial_from(policy: GatePolicy | None) -> dict:

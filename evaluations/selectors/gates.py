@@ -1,120 +1,11 @@
-"""Benchmark reads. Views and the API list and fetch runs only through these."""
+"""Gate reads: policies, decisions, gate runs, and whether a version's required gates passed."""
 
 from __future__ import annotations
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import QuerySet
 
 from evaluations.constants import GateKind, Verdict
-from evaluations.models import (
-    BenchmarkRun,
-    EvalCaseResult,
-    EvalRun,
-    EvalSuite,
-    EvalSuiteVersion,
-    GateDecision,
-    GatePolicy,
-    GateRun,
-)
-
-# The list pages never need the report JSON; leaving it out keeps them fast with many runs.
-_HEAVY = ("results", "series", "workload", "snapshot", "sweep", "stage", "sampling", "ladder")
-
-
-def benchmark_run_list(
-    *,
-    status: str | None = None,
-    kind: str | None = None,
-    mode: str | None = None,
-    deployment_id: int | None = None,
-    search: str | None = None,
-) -> QuerySet[BenchmarkRun]:
-    """Runs, newest first, filtered; report JSON deferred."""
-    qs = BenchmarkRun.objects.select_related("deployment", "created_by", "gpu_type").defer(*_HEAVY)
-    qs = qs.defer(*(f"deployment__{f}" for f in ("ray_deployments", "extra_engine_args")))
-    if status:
-        qs = qs.filter(status=status)
-    if kind:
-        qs = qs.filter(kind=kind)
-    if mode:
-        qs = qs.filter(mode=mode)
-    if deployment_id:
-        qs = qs.filter(deployment_id=deployment_id)
-    if search:
-        qs = qs.filter(name__icontains=search)
-    return qs
-
-
-def benchmark_run_get(*, pk: int) -> BenchmarkRun:
-    """One run with everything (raises ``BenchmarkRun.DoesNotExist``)."""
-    return BenchmarkRun.objects.select_related(
-        "deployment", "created_by", "model_version__model", "gpu_type"
-    ).get(pk=pk)
-
-
-def benchmark_run_status(*, pk: int) -> dict:
-    """What the progress poller needs, without loading the report."""
-    row = (
-        BenchmarkRun.objects.filter(pk=pk)
-        .values("id", "status", "progress", "progress_message", "error", "started_at", "finished_at")
-        .get()
-    )
-    return row
-
-
-def benchmark_runs_for_deployment(*, deployment_id: int, limit: int = 10) -> QuerySet[BenchmarkRun]:
-    """Latest runs of one deployment, for its detail page and capacity planning."""
-    return benchmark_run_list(deployment_id=deployment_id)[:limit]
-
-
-def latest_capacity(*, deployment_id: int) -> BenchmarkRun | None:
-    """The newest succeeded run of a deployment that found a capacity goodput (measured first)."""
-    qs = BenchmarkRun.objects.filter(
-        deployment_id=deployment_id, status="succeeded", capacity_rps__isnull=False
-    )
-    return qs.order_by("kind", "-created_at").first()  # "measured" < "predicted"
-
-
-# --- eval suites, eval runs, gates ---------------------------------------------------------------------
-
-
-def eval_suite_list() -> QuerySet[EvalSuite]:
-    return EvalSuite.objects.annotate(version_count=Count("versions")).order_by("name")
-
-
-def eval_suite_versions(*, suite_id: int) -> QuerySet[EvalSuiteVersion]:
-    return EvalSuiteVersion.objects.filter(suite_id=suite_id).defer("content").order_by("-number")
-
-
-def eval_run_list(*, model_version_id: int | None = None, status: str | None = None) -> QuerySet[EvalRun]:
-    qs = EvalRun.objects.select_related("suite_version__suite", "model_version__model", "deployment")
-    qs = qs.defer("suite_version__content", "deployment__ray_deployments", "deployment__extra_engine_args")
-    if model_version_id:
-        qs = qs.filter(model_version_id=model_version_id)
-    if status:
-        qs = qs.filter(status=status)
-    return qs
-
-
-def eval_run_get(*, pk: int) -> EvalRun:
-    return (
-        EvalRun.objects.select_related(
-            "suite_version__suite", "model_version__model", "deployment", "gpu_type"
-        )
-        .defer("suite_version__content")
-        .get(pk=pk)
-    )
-
-
-def eval_case_results(*, run_id: int, category: str | None = None, failed_only: bool = False,
-                      search: str | None = None) -> QuerySet[EvalCaseResult]:  # fmt: skip
-    qs = EvalCaseResult.objects.filter(run_id=run_id).order_by("pk")
-    if category:
-        qs = qs.filter(category=category)
-    if failed_only:
-        qs = qs.filter(Q(score__lt=1) | ~Q(error=""))
-    if search:
-        qs = qs.filter(Q(case_id__icontains=search) | Q(output__icontains=search))
-    return qs
+from evaluations.models import GateDecision, GatePolicy, GateRun
 
 
 def gate_policy_current(*, model_id: int) -> GatePolicy | None:
@@ -237,3 +128,11 @@ def version_gate_status(*, version) -> dict:
         },
         "blocking": blocking,
     }
+
+
+def gate_decisions_by_id(*, ids: list[int]) -> dict[int, GateDecision]:
+    """Decisions by id with the runs and baseline their evidence links to (a version's checklist)."""
+    qs = GateDecision.objects.filter(pk__in=ids).select_related(
+        "eval_run", "baseline_eval_run", "benchmark_run", "baseline_benchmark_run", "baseline_version"
+    )
+    return {d.pk: d for d in qs}

@@ -40,6 +40,12 @@ from evaluations.constants import (
 from evaluations.models import BenchmarkRun
 from evaluations.reports import build_results
 from evaluations.schemas import schema_check
+from evaluations.services.calibrations import (
+    EXTRAPOLATION_WIDENING,
+    extrapolation,
+    prediction_basis,
+    with_interval,
+)
 from loadtest import Sla, StageConfig, SweepConfig, Target, find_capacity, run_ladder, run_stage
 from loadtest.crosscheck import CrossCheckError, unavailable_reason
 from loadtest.runner import HarnessError, arrival_at, cross_check_stage
@@ -481,7 +487,6 @@ def _predicted_engine(run: BenchmarkRun):
     from catalog.selectors import gpu_type_get, model_version_get
     from engines.scheduler import EngineConfig
     from engines.sim import SimConfig
-    from evaluations.calibrations import prediction_basis
     from loadtest.predict import PredictedEngine
 
     snap = run.snapshot
@@ -616,8 +621,6 @@ def _prediction_with_intervals(results: dict, basis: dict) -> dict:
     """The prediction's basis; each stage gets the interval of its predicted TTFT and TPOT medians
     (``p50_interval``, None without a held-out calibration). A stage whose mean lengths or load lie
     outside the calibrated range says so (``extrapolating``) and gets a wider interval."""
-    from evaluations.calibrations import EXTRAPOLATION_WIDENING, extrapolation, with_interval
-
     iv = basis.get("interval_pct")
     for st in results.get("stages") or []:
         completed = st.get("completed") or 0

@@ -42,10 +42,11 @@ from evaluations.constants import (
     RunStatus,
     Verdict,
 )
-from evaluations.evalruns import eval_run_create, eval_run_execute
 from evaluations.models import BenchmarkRun, EvalRun, EvalSuite, GateDecision, GatePolicy, GateRun
 from evaluations.schemas import schema_check
-from evaluations.services import benchmark_run_create, benchmark_run_execute
+from evaluations.selectors.gates import gate_policy_current
+from evaluations.services.benchmarks import benchmark_run_create, benchmark_run_execute
+from evaluations.services.evals import eval_run_create, eval_run_execute
 
 # Requests that may fail in an eval run before the endpoint counts as broken (the gate is then
 # an error, not a quality verdict: a dying deployment says nothing about the model).
@@ -201,15 +202,6 @@ def gate_policy_clean(*, model, gpu_type, quality: dict, performance: dict, stab
     if errors:
         raise ValidationError(errors)
     return cleaned  # type: ignore[return-value]
-
-
-def gate_policy_current(*, model_id: int) -> GatePolicy | None:
-    return (
-        GatePolicy.objects.filter(model_id=model_id)
-        .select_related("gpu_type", "model")
-        .order_by("-number")
-        .first()
-    )
 
 
 @transaction.atomic

@@ -27,8 +27,8 @@ from catalog.services import gpu_hourly_cost, memory_estimate
 from engines.scheduler import EngineConfig
 from engines.sim import SimConfig
 from engines.workload import Workload, lognormal, poisson
-from evaluations.calibrations import prediction_basis
 from evaluations.models import BenchmarkRun, CapacityPlan
+from evaluations.services.calibrations import prediction_basis
 from loadtest.metrics import Sla
 from loadtest.predict import PredictedEngine
 from loadtest.runner import StageConfig
@@ -247,11 +247,3 @@ def capacity_plan_fail(*, plan_id: int, error: str) -> None:
     CapacityPlan.objects.filter(pk=plan_id, status__in=["queued", "running"]).update(
         status="failed", error=error[:2000]
     )
-
-
-def capacity_plan_get(*, token) -> CapacityPlan | None:
-    return CapacityPlan.objects.filter(token=token).select_related("created_by").first()
-
-
-def capacity_plan_list():
-    return CapacityPlan.objects.select_related("created_by").order_by("-created_at")

@@ -31,7 +31,7 @@ from catalog.selectors import gpu_cost_in_force, gpu_type_find, model_version_fi
 from deployments.selectors import routing_table
 from engines.perf import PerfModel
 from evaluations.models import BenchmarkRun
-from evaluations.selectors import latest_capacity
+from evaluations.selectors.benchmarks import latest_capacity
 
 FORMULA = (
     "price $/M = GPUs × $/GPU-hour ÷ (capacity goodput tokens/s × 3600) × 1,000,000; "

@@ -1,8 +1,13 @@
-"""Benchmark pages, mounted by the lead at ``/benchmarks/``."""
+"""Benchmark pages, mounted at ``/benchmarks/``.
+
+The namespace is ``evaluations`` (what it was before the app was cut by concept), so every
+``{% url 'evaluations:…' %}`` and every bookmark keeps working.
+"""
 
 from django.urls import path
 
-from evaluations import cost_views, views
+from evaluations.views import benchmarks as views
+from evaluations.views import cost as cost_views
 
 app_name = "evaluations"
 

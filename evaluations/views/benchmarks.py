@@ -14,11 +14,11 @@ from django.shortcuts import redirect, render
 from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseClientRefresh
 
-from evaluations import selectors
-from evaluations.forms import FIELD_GROUPS, BenchmarkRunForm, CompareForm, RunFilterForm
+from evaluations.forms.benchmarks import FIELD_GROUPS, BenchmarkRunForm, CompareForm, RunFilterForm
 from evaluations.models import BenchmarkRun
 from evaluations.reports import chart_data, results_csv
-from evaluations.services import (
+from evaluations.selectors import benchmarks as selectors
+from evaluations.services.benchmarks import (
     benchmark_run_cancel,
     benchmark_run_create,
     benchmark_run_cross_check_request,

@@ -10,9 +10,10 @@ from django.urls import reverse
 from django.views import View
 from django_htmx.http import HttpResponseClientRefresh
 
-from evaluations.cost_forms import CapacityPlanForm
-from evaluations.planner import capacity_plan_create, capacity_plan_get, capacity_plan_list
-from evaluations.pricing import derived_price_publish, price_derivation, price_derivations
+from evaluations.forms.cost import CapacityPlanForm
+from evaluations.selectors.cost import capacity_plan_get, capacity_plan_list
+from evaluations.services.planner import capacity_plan_create
+from evaluations.services.pricing import derived_price_publish, price_derivation, price_derivations
 from governor.access import (
     PlatformAdminRequiredMixin,
     PlatformUserRequiredMixin,

@@ -13,7 +13,7 @@ import pytest
 from billing.services.prices import price_publish
 from billing.services.rollups import usage_rollup_run
 from catalog.services import gpu_cost_version_create
-from evaluations.pricing import price_derivation
+from evaluations.services.pricing import price_derivation
 from tests.billing.test_rollups import make_event
 from tests.deployments.factories import llama_8b_version
 from tests.evaluations.test_planner import measured_run

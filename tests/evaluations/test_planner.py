@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from catalog.services import gpu_cost_version_create
 from evaluations.models import CapacityPlan
-from evaluations.planner import HOURS_PER_MONTH, capacity_plan_compute, capacity_plan_create
+from evaluations.services.planner import HOURS_PER_MONTH, capacity_plan_compute, capacity_plan_create
 from tests.deployments.factories import llama_8b_version, llama_70b_version
 from tests.evaluations.factories import BenchmarkRunFactory
 from tests.factories import GpuTypeFactory

@@ -16,7 +16,7 @@ from billing.models import Price, Reprice, UsageEvent
 from billing.selectors.prices import price_for
 from billing.services.prices import price_publish, price_set, reprice_record
 from catalog.services import gpu_cost_version_create
-from evaluations.pricing import price_derivation
+from evaluations.services.pricing import price_derivation
 from tests.deployments.factories import ModelRouteFactory, RouteTargetFactory
 from tests.evaluations.factories import BenchmarkRunFactory, DeploymentFactory
 

@@ -13,7 +13,7 @@ from catalog.services import model_version_transition
 from deployments.services import route_target_set
 from evaluations.constants import GateKind
 from evaluations.models import GateDecision
-from evaluations.selectors import version_gate_status
+from evaluations.selectors.gates import version_gate_status
 from tests.deployments.factories import ModelRouteFactory
 from tests.evaluations.factories import DeploymentFactory
 from tests.evaluations.gate_fixtures import policy_body
@@ -57,7 +57,7 @@ def test_a_model_without_policy_cannot_be_approved_without_override(admin_user):
 
 
 def test_decisions_under_an_older_policy_do_not_count(policy, candidate, admin_user, gpu):
-    from evaluations.gates import gate_policy_save
+    from evaluations.services.gates import gate_policy_save
 
     for kind in GateKind.values:
         _decide(policy, candidate, kind, "passed")

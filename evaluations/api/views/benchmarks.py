@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
-from rest_framework import generics, serializers, status
+from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from evaluations import selectors
-from evaluations.api.serializers import (
+from evaluations.api.serializers.benchmarks import (
     BenchmarkRunCreateSerializer,
     BenchmarkRunDetailSerializer,
     BenchmarkRunFilterSerializer,
@@ -18,7 +16,8 @@ from evaluations.api.serializers import (
     BenchmarkRunStatusSerializer,
 )
 from evaluations.models import BenchmarkRun
-from evaluations.services import benchmark_run_cancel, benchmark_run_create
+from evaluations.selectors import benchmarks as selectors
+from evaluations.services.benchmarks import benchmark_run_cancel, benchmark_run_create
 from governor.access import ReadsEverythingOrAdmin
 
 
@@ -49,12 +48,8 @@ class RunListCreateView(generics.ListAPIView):
     def post(self, request):
         body = BenchmarkRunCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        try:
-            run = benchmark_run_create(actor=request.user, **body.validated_data)
-        except DjangoValidationError as exc:
-            raise serializers.ValidationError(
-                exc.message_dict if hasattr(exc, "error_dict") else exc.messages
-            ) from exc
+        # A refused run is the service's ValidationError: the API's exception handler answers 400.
+        run = benchmark_run_create(actor=request.user, **body.validated_data)
         data = BenchmarkRunStatusSerializer(run).data
         return Response(
             data, status=status.HTTP_201_CREATED, headers={"Location": f"{request.path}{run.pk}/"}

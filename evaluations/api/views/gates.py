@@ -1,63 +1,23 @@
-"""Eval-suite and gate API: admins upload suites and start gates; admins and auditors read."""
+"""Gate API: admins start a version's gates; admins and auditors read decisions and gate status."""
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, serializers, status
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from catalog.selectors import model_version_queryset
-from evaluations import evalruns, gates, selectors
-from evaluations.api.gate_serializers import (
-    EvalRunSerializer,
+from evaluations.api.serializers.gates import (
     GateDecisionSerializer,
     GateRunSerializer,
     GateRunStartSerializer,
     GateStatusSerializer,
-    SuiteUploadSerializer,
-    SuiteVersionSerializer,
 )
-from evaluations.models import EvalRun, EvalSuiteVersion
+from evaluations.selectors import gates as selectors
+from evaluations.services import gates as services
 from governor.access import ReadsEverythingOrAdmin
-
-
-def _drf(exc: DjangoValidationError) -> serializers.ValidationError:
-    return serializers.ValidationError(exc.message_dict if hasattr(exc, "error_dict") else exc.messages)
-
-
-class SuiteListCreateView(generics.ListAPIView):
-    """``GET``: every suite version. ``POST``: upload a suite (JSONL ``content`` or a ``file``); a bad
-    line answers 400 naming it, and nothing is saved."""
-
-    permission_classes = [ReadsEverythingOrAdmin]
-    serializer_class = SuiteVersionSerializer
-    parser_classes = [JSONParser, MultiPartParser, FormParser]
-
-    def get_queryset(self):
-        return (
-            EvalSuiteVersion.objects.select_related("suite")
-            .defer("content")
-            .order_by("suite__name", "-number")
-        )
-
-    @extend_schema(request=SuiteUploadSerializer, responses={201: SuiteVersionSerializer})
-    def post(self, request):
-        body = SuiteUploadSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
-        content = data["file"].read() if data.get("file") else data["content"]
-        try:
-            version = evalruns.eval_suite_upload(
-                name=data["name"], content=content, actor=request.user,
-                description=data["description"], note=data["note"],
-            )  # fmt: skip
-        except DjangoValidationError as exc:
-            raise _drf(exc) from exc
-        return Response(SuiteVersionSerializer(version).data, status=status.HTTP_201_CREATED)
 
 
 class DecisionListView(generics.ListAPIView):
@@ -115,19 +75,10 @@ class GateRunStartView(APIView):
         version = get_object_or_404(model_version_queryset(), pk=pk)
         body = GateRunStartSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        try:
-            run = gates.gate_run_start(
-                version=version, actor=request.user, mode=body.validated_data["mode"],
-                kinds=body.validated_data.get("kinds") or None,
-            )  # fmt: skip
-        except DjangoValidationError as exc:
-            raise _drf(exc) from exc
+        # A refusal (no policy, gates already running) is the service's ValidationError: the API's
+        # exception handler answers it as a 400.
+        run = services.gate_run_start(
+            version=version, actor=request.user, mode=body.validated_data["mode"],
+            kinds=body.validated_data.get("kinds") or None,
+        )  # fmt: skip
         return Response(GateRunSerializer(run).data, status=status.HTTP_201_CREATED)
-
-
-class EvalRunDetailView(APIView):
-    permission_classes = [ReadsEverythingOrAdmin]
-
-    @extend_schema(responses=EvalRunSerializer)
-    def get(self, request, pk: int):
-        return Response(EvalRunSerializer(get_object_or_404(EvalRun, pk=pk)).data)
