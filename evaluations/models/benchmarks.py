@@ -2,33 +2,28 @@
 
 from __future__ import annotations
 
-from django.conf import settings
-from django.core.validators import MaxValueValidator
 from django.db import models
 from django.urls import reverse
 
-from evaluations.constants import ACTIVE_STATUSES, Api, RunKind, RunMode, RunStatus, TargetKind
+from evaluations.constants import Api, RunKind, RunMode, TargetKind
+from evaluations.models.runs import Run
 
 
-class BenchmarkRun(models.Model):
+class BenchmarkRun(Run):
     """One benchmark: a workload sent to a target (or simulated), its progress, and its report.
 
     The row is the job record the console polls (status, progress, message) and the report
     (``results``, ``series``). What was under test is copied into ``snapshot`` when the run is
     created (model version, precision, framework, GPU type and count, parallelism, $/GPU-hour), so
-    a report still says what it measured after the deployment or the catalog changed.
+    a report still says what it measured after the deployment or the catalog changed. Status,
+    progress, heartbeat and times are the ``Run`` columns every kind of run shares.
     """
+
+    WHAT = "this benchmark"
 
     name = models.CharField(max_length=128, blank=True)
     kind = models.CharField(max_length=10, choices=RunKind.choices, default=RunKind.MEASURED)
     mode = models.CharField(max_length=8, choices=RunMode.choices, default=RunMode.SINGLE)
-    status = models.CharField(
-        max_length=10, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True
-    )
-    progress = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(100)])
-    progress_message = models.CharField(max_length=255, blank=True)
-    error = models.TextField(blank=True)
-
     # Target. A measured run needs a deployment, the gateway or a URL; a predicted run a spec
     # (from a deployment or from the version + GPU type fields below).
     target_kind = models.CharField(max_length=10, choices=TargetKind.choices, default=TargetKind.DEPLOYMENT)
@@ -76,16 +71,6 @@ class BenchmarkRun(models.Model):
     usd_per_mtok = models.FloatField("$ / M output tokens", null=True, blank=True)
     client_bound = models.BooleanField(default=False)
 
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    # Written every second while a run executes: a running row whose heartbeat stopped lost its worker.
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    task_id = models.CharField(max_length=64, blank=True)
-
     class Meta:
         ordering = ["-created_at", "-pk"]
 
@@ -94,10 +79,6 @@ class BenchmarkRun(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("evaluations:run_detail", args=[self.pk])
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in ACTIVE_STATUSES
 
     @property
     def is_predicted(self) -> bool:
@@ -115,9 +96,3 @@ class BenchmarkRun(models.Model):
         if self.target_kind == TargetKind.GATEWAY:
             return f"gateway ({self.model_name})"
         return self.base_url
-
-    @property
-    def duration_s(self) -> float | None:
-        if self.started_at and self.finished_at:
-            return (self.finished_at - self.started_at).total_seconds()
-        return None

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator
 from django.db import models
 
 from evaluations.models.append_only import APPEND_ONLY_KEEP_USERS
+from evaluations.models.runs import Run
 
 
-class CapacityPlan(models.Model):
+class CapacityPlan(Run):
     """A saved capacity plan: the traffic and SLA asked for, the candidates compared, and the answer.
 
     ``rows`` holds one result per candidate (model version × GPU type × tensor parallel): per-GPU
     goodput (measured where a matching run exists, else predicted by the simulator, labelled),
-    GPUs and replicas needed, and the monthly cost. Shared by its ``token`` URL.
+    GPUs and replicas needed, and the monthly cost. Shared by its ``token`` URL. Computing it is a
+    run like the others (``Run``), which ends ``done`` or ``failed`` and cannot be cancelled.
     """
+
+    SUCCEEDED = "done"
+    CANCELLED = None
+    WHAT = "this plan"
 
     token = models.UUIDField(unique=True, editable=False)
     name = models.CharField(max_length=128)
@@ -23,22 +28,20 @@ class CapacityPlan(models.Model):
     candidates = models.JSONField(help_text="[{model_version_id, gpu_type_id, tensor_parallel}]")
     rows = models.JSONField(default=list)
     status = models.CharField(max_length=10, default="queued", help_text="queued, running, done or failed")
-    progress = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(100)])
-    error = models.TextField(blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
     created_at = models.DateTimeField(auto_now_add=True)
+    # One short task computes a plan (minutes at most, bounded by its time limit): it keeps no
+    # heartbeat, start or finish time, progress message or task id.
+    progress_message = None
+    started_at = None
+    heartbeat_at = None
+    finished_at = None
+    task_id = None
 
     class Meta:
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return self.name
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in ("queued", "running")
 
 
 class SimulatorCalibration(models.Model):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator
 from django.db import models
 from django.urls import reverse
 
-from evaluations.constants import ACTIVE_STATUSES, EvidenceLabel, RunStatus
+from evaluations.constants import EvidenceLabel
 from evaluations.models.append_only import APPEND_ONLY_KEEP_USERS
+from evaluations.models.runs import Run
 
 
 class EvalSuite(models.Model):
@@ -65,12 +65,15 @@ class EvalSuiteVersion(models.Model):
         return reverse("gates:suite_detail", args=[self.suite_id])
 
 
-class EvalRun(models.Model):
+class EvalRun(Run):
     """A suite version sent to one endpoint (temperature 0, fixed seed), with per-category scores.
 
     The row is the job record the run page polls; ``scores`` holds each category's mean and
-    interval once the run ends. The label says whether the engine was real or simulated.
+    interval once the run ends. The label says whether the engine was real or simulated. Status,
+    progress, heartbeat and times are the ``Run`` columns every kind of run shares.
     """
+
+    WHAT = "this eval"
 
     suite_version = models.ForeignKey(EvalSuiteVersion, on_delete=models.PROTECT, related_name="runs")
     model_version = models.ForeignKey(
@@ -83,12 +86,6 @@ class EvalRun(models.Model):
         "catalog.GpuType", on_delete=models.SET_NULL, null=True, blank=True, related_name="eval_runs"
     )
     label = models.CharField(max_length=10, choices=EvidenceLabel.choices, default=EvidenceLabel.MEASURED)
-    status = models.CharField(
-        max_length=10, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True
-    )
-    progress = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(100)])
-    progress_message = models.CharField(max_length=255, blank=True)
-    error = models.TextField(blank=True)
     base_url = models.CharField("base URL", max_length=500)
     model_name = models.CharField(max_length=128, help_text="The `model` sent in requests")
     seed = models.IntegerField(default=0)
@@ -98,14 +95,6 @@ class EvalRun(models.Model):
     cases_failed = models.PositiveIntegerField(default=0, help_text="Requests that errored")
     scores = models.JSONField(default=dict, blank=True, help_text="Per category: mean and interval")
     snapshot = models.JSONField(default=dict, blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    task_id = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -115,10 +104,6 @@ class EvalRun(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("gates:evalrun_detail", args=[self.pk])
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in ACTIVE_STATUSES
 
 
 class EvalCaseResult(models.Model):

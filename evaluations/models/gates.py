@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator
 from django.db import models
 from django.urls import reverse
 
@@ -11,6 +10,7 @@ from evaluations.constants import EvidenceLabel, GateKind, GateMode, GateRunStat
 from evaluations.models.append_only import APPEND_ONLY, APPEND_ONLY_KEEP_USERS
 from evaluations.models.benchmarks import BenchmarkRun
 from evaluations.models.evals import EvalRun
+from evaluations.models.runs import Run
 
 
 class GatePolicy(models.Model):
@@ -52,8 +52,17 @@ class GatePolicy(models.Model):
         return [k for k in GateKind.values if self.gate(k).get("required")]
 
 
-class GateRun(models.Model):
-    """A request to run a version's gates: the job row the page polls while the gates execute."""
+class GateRun(Run):
+    """A request to run a version's gates: the job row the page polls while the gates execute.
+
+    It ends ``done`` (every gate it ran has a decision, whatever the verdicts) or ``error``, and
+    cannot be cancelled: a gate half-run is run again, never resumed.
+    """
+
+    SUCCEEDED = GateRunStatus.DONE
+    FAILED = GateRunStatus.ERROR
+    CANCELLED = None
+    WHAT = "these gates"
 
     model_version = models.ForeignKey(
         "catalog.ModelVersion", on_delete=models.PROTECT, related_name="gate_runs"
@@ -61,21 +70,10 @@ class GateRun(models.Model):
     policy = models.ForeignKey(GatePolicy, on_delete=models.PROTECT, related_name="runs")
     mode = models.CharField(max_length=10, choices=GateMode.choices, default=GateMode.PREDICTED)
     kinds = models.JSONField(default=list)
+    # A gate run's own words for its states (its column is narrower than the other runs').
     status = models.CharField(
         max_length=8, choices=GateRunStatus.choices, default=GateRunStatus.QUEUED, db_index=True
     )
-    progress = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(100)])
-    progress_message = models.CharField(max_length=255, blank=True)
-    error = models.TextField(blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    # Written every few seconds while the gates execute: silence means the worker died.
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    task_id = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -85,10 +83,6 @@ class GateRun(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("gates:version_gates", args=[self.model_version_id])
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in (GateRunStatus.QUEUED, GateRunStatus.RUNNING)
 
 
 class GateDecision(models.Model):

@@ -8,22 +8,19 @@ report and the headline figures, and always leaves the row in a final state.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
 from engines.workload import Workload
 from evaluations import schemas
 from evaluations.constants import (
-    ACTIVE_STATUSES,
     DEFAULT_SAMPLING,
     DEFAULT_STAGE,
     MAX_CONCURRENCY,
@@ -37,6 +34,7 @@ from evaluations.constants import (
     RunStatus,
     TargetKind,
 )
+from evaluations.lifecycle import Heartbeat, run_cancel, run_claim, run_fail, run_finish, run_report
 from evaluations.models import BenchmarkRun
 from evaluations.reports import build_results
 from evaluations.schemas import schema_check
@@ -383,58 +381,28 @@ def _enqueue(run_id: int) -> None:
 @transaction.atomic
 def benchmark_run_cancel(*, run: BenchmarkRun, actor) -> bool:
     """Queued or running → cancelled. A running harness notices within a second and stops."""
-    changed = BenchmarkRun.objects.filter(pk=run.pk, status__in=ACTIVE_STATUSES).update(
-        status=RunStatus.CANCELLED,
-        finished_at=timezone.now(),
-        progress_message=f"cancelled by {getattr(actor, 'username', 'system')}",
-    )
+    changed = run_cancel(BenchmarkRun, pk=run.pk, actor=actor)
     run.refresh_from_db()
     if changed:
         audit_record(actor=actor, action="benchmark_run.cancel", target=run, after={"status": run.status})
-    return bool(changed)
-
-
-def benchmark_run_fail(*, run_id: int, error: str) -> None:
-    """Mark a run failed unless it already ended (used by the task's ``on_failure``)."""
-    BenchmarkRun.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES).update(
-        status=RunStatus.FAILED, error=error[:5000], finished_at=timezone.now(), progress_message="failed"
-    )
-
-
-def benchmark_runs_reap_stale(*, stale_after_s: float = 120.0) -> int:
-    """Fail running runs whose heartbeat stopped (their worker died); returns how many.
-
-    A live run writes its heartbeat every second, so two minutes of silence means nobody is
-    running it any more. Safe to call at any time and from several places at once.
-    """
-    cutoff = timezone.now() - timedelta(seconds=stale_after_s)
-    return BenchmarkRun.objects.filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff).update(
-        status=RunStatus.FAILED,
-        finished_at=timezone.now(),
-        progress_message="failed: the worker stopped reporting",
-        error=f"No heartbeat for more than {stale_after_s:g} s: the worker running this benchmark died.",
-    )
+    return changed
 
 
 # --- execute ----------------------------------------------------------------------------------
 
 
 class _ProgressWriter:
-    """Saves progress on the row at most once a second, from its own thread.
-
-    The harness calls back from inside its event loop, where Django's ORM refuses to run; the
-    callback only records the latest value, and this thread writes it (and reads back whether
-    the run was cancelled, which makes the next callback raise ``RunCancelled``).
+    """The harness's progress callback: it records the latest value, and the run's heartbeat thread
+    (``lifecycle.Heartbeat``, once a second) writes it and reads back whether the run was cancelled,
+    which makes the next callback raise ``RunCancelled``.
     """
 
     def __init__(self, run_id: int, on_progress=None) -> None:
         self.run_id = run_id
         self.value = (0.0, "starting")
-        self.written = (-1.0, "")
         self.cancelled = False
         self.on_progress = on_progress
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"benchmark-{run_id}-progress", daemon=True)
+        self.heartbeat = Heartbeat(self.flush, every_s=1.0, name=f"benchmark-{run_id}-progress")
 
     def __call__(self, frac: float, message: str) -> None:
         self.value = (max(0.0, min(1.0, frac)), message)
@@ -444,28 +412,17 @@ class _ProgressWriter:
             raise RunCancelled()
 
     def __enter__(self) -> _ProgressWriter:
-        self._thread.start()
+        self.heartbeat.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.wait(1.0):
-                self.flush()
-        finally:
-            connection.close()  # this thread's own connection
+        self.heartbeat.__exit__(*exc)
 
     def flush(self) -> None:
         frac, msg = self.value
-        BenchmarkRun.objects.filter(pk=self.run_id, status=RunStatus.RUNNING).update(
-            progress=min(99, int(frac * 100)), progress_message=msg[:255], heartbeat_at=timezone.now()
-        )
-        self.written = (frac, msg)
-        status = BenchmarkRun.objects.filter(pk=self.run_id).values_list("status", flat=True).first()
-        self.cancelled = status == RunStatus.CANCELLED
+        status = run_report(BenchmarkRun, pk=self.run_id, progress=min(99, int(frac * 100)),
+                            progress_message=msg[:255])  # fmt: skip
+        self.cancelled = status == BenchmarkRun.CANCELLED
 
 
 def _target_for(run: BenchmarkRun) -> Target:
@@ -511,10 +468,7 @@ def _predicted_engine(run: BenchmarkRun):
 
 def benchmark_run_execute(*, run_id: int, on_progress=None) -> BenchmarkRun:
     """Claim a queued run, run it, store its report. Idempotent: a second call does nothing."""
-    now = timezone.now()
-    claimed = BenchmarkRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
-        status=RunStatus.RUNNING, started_at=now, heartbeat_at=now, progress=0, progress_message="starting"
-    )
+    claimed = run_claim(BenchmarkRun, pk=run_id)
     run = BenchmarkRun.objects.get(pk=run_id)
     if not claimed:
         return run
@@ -526,7 +480,7 @@ def benchmark_run_execute(*, run_id: int, on_progress=None) -> BenchmarkRun:
         run.refresh_from_db()
         return run
     except Exception as exc:  # recorded on the row: the page must say why, not spin forever
-        benchmark_run_fail(run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+        run_fail(BenchmarkRun, pk=run_id, error=f"{type(exc).__name__}: {exc}")
         run.refresh_from_db()
         return run
     capacity = results["capacity"]
@@ -537,10 +491,10 @@ def benchmark_run_execute(*, run_id: int, on_progress=None) -> BenchmarkRun:
         msg = f"done: {failed} of {results['totals']['requests']} requests failed ({', '.join(f'{k} {v}' for k, v in results['totals']['errors'].items())})"
     if results["client_bound"]:
         msg += " — CLIENT-BOUND stages, see warnings"
-    BenchmarkRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(
-        status=RunStatus.SUCCEEDED,
-        progress=100,
-        progress_message=msg[:255],
+    run_finish(
+        BenchmarkRun,
+        pk=run_id,
+        message=msg,
         results=results,
         series=series,
         capacity_rps=capacity["rate"] if capacity.get("level_unit") == "req/s" else None,
@@ -550,7 +504,6 @@ def benchmark_run_execute(*, run_id: int, on_progress=None) -> BenchmarkRun:
         else (results["stages"][-1]["attainment"] if results["stages"] else None),
         usd_per_mtok=cost.get("usd_per_mtok_output") if cost.get("available") else None,
         client_bound=results["client_bound"],
-        finished_at=timezone.now(),
     )
     run.refresh_from_db()
     return run

@@ -11,11 +11,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from datetime import timedelta
 
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, connection, transaction
-from django.utils import timezone
+from django.db import transaction
 
 from audit.services import audit_record
 from evalkit import builtin, stats
@@ -23,7 +21,6 @@ from evalkit.cases import Case
 from evalkit.runner import CaseResult, run_cases
 from evalkit.suites import SuiteError, dump_jsonl, parse_jsonl
 from evaluations.constants import (
-    ACTIVE_STATUSES,
     EVAL_DEFAULT_CONCURRENCY,
     EVAL_DEFAULT_SEED,
     EVAL_MAX_CONCURRENCY,
@@ -31,6 +28,7 @@ from evaluations.constants import (
     EvidenceLabel,
     RunStatus,
 )
+from evaluations.lifecycle import Heartbeat, run_cancel, run_claim, run_fail, run_finish, run_report
 from evaluations.models import EvalCaseResult, EvalRun, EvalSuite, EvalSuiteVersion
 
 PROMPT_CHARS = 2000
@@ -215,28 +213,20 @@ def _enqueue(run_id: int) -> None:
     EvalRun.objects.filter(pk=run_id).update(task_id=result.id or "")
 
 
-def eval_run_fail(*, run_id: int, error: str) -> None:
-    """Mark a run failed unless it already ended (the task's ``on_failure`` calls this too)."""
-    EvalRun.objects.filter(pk=run_id, status__in=ACTIVE_STATUSES).update(
-        status=RunStatus.FAILED, error=error[:5000], finished_at=timezone.now(), progress_message="failed"
-    )
-
-
 def eval_run_cancel(*, run: EvalRun, actor) -> bool:
-    changed = EvalRun.objects.filter(pk=run.pk, status__in=ACTIVE_STATUSES).update(
-        status=RunStatus.CANCELLED,
-        finished_at=timezone.now(),
-        progress_message=f"cancelled by {getattr(actor, 'username', 'system')}",
-    )
+    """Queued or running → cancelled; the runner stops sending cases at the next save."""
+    changed = run_cancel(EvalRun, pk=run.pk, actor=actor)
     run.refresh_from_db()
-    return bool(changed)
+    return changed
 
 
 class _Saver:
-    """Collects results from the runner's event loop and writes them from its own thread.
+    """Collects results from the runner's event loop; the run's heartbeat thread saves them.
 
-    The ORM refuses to run inside an event loop, so ``on_result`` only appends; a thread saves
-    the new rows and the progress about twice a second, and reads back whether the run was cancelled.
+    The ORM refuses to run inside an event loop, so ``on_result`` only appends; the heartbeat
+    (``lifecycle.Heartbeat``, about twice a second) saves the new rows and the progress, and reads
+    back whether the run was cancelled. A batch that fails to save goes back to ``pending`` and is
+    saved by the next beat or the final flush.
     """
 
     def __init__(self, run: EvalRun, cases: dict[str, Case]) -> None:
@@ -247,8 +237,7 @@ class _Saver:
         self.done = 0
         self.failed = 0
         self.cancelled = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"eval-{run.pk}-saver", daemon=True)
+        self.heartbeat = Heartbeat(self.flush, every_s=0.5, name=f"eval-{run.pk}-saver")
 
     def on_result(self, result: CaseResult) -> None:
         with self.lock:
@@ -258,24 +247,12 @@ class _Saver:
         return self.cancelled
 
     def __enter__(self) -> _Saver:
-        self._thread.start()
+        self.heartbeat.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+        self.heartbeat.__exit__(*exc)
         self.flush()
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.wait(0.5):
-                try:
-                    self.flush()
-                except DatabaseError:
-                    # The batch went back to ``pending``; the next flush (or the final one) saves it.
-                    log.warning("eval run %s: saving results failed, will retry", self.run.pk, exc_info=True)
-        finally:
-            connection.close()
 
     def flush(self) -> None:
         with self.lock:
@@ -311,16 +288,16 @@ class _Saver:
         done = self.done + len(batch)
         failed = self.failed + sum(1 for r in batch if r.error)
         total = max(1, self.run.cases_total)
-        EvalRun.objects.filter(pk=self.run.pk, status=RunStatus.RUNNING).update(
+        status = run_report(
+            EvalRun,
+            pk=self.run.pk,
             cases_done=done,
             cases_failed=failed,
             progress=min(99, int(100 * done / total)),
             progress_message=f"{done} of {total} cases",
-            heartbeat_at=timezone.now(),
         )
-        status = EvalRun.objects.filter(pk=self.run.pk).values_list("status", flat=True).first()
         self.done, self.failed = done, failed
-        self.cancelled = status == RunStatus.CANCELLED
+        self.cancelled = status == EvalRun.CANCELLED
 
 
 def scores_of(results) -> dict:
@@ -333,10 +310,7 @@ def scores_of(results) -> dict:
 
 def eval_run_execute(*, run_id: int) -> EvalRun:
     """Claim a queued run, send its cases, store results and scores. A second call does nothing."""
-    now = timezone.now()
-    claimed = EvalRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
-        status=RunStatus.RUNNING, started_at=now, heartbeat_at=now, progress=0, progress_message="starting"
-    )
+    claimed = run_claim(EvalRun, pk=run_id)
     run = EvalRun.objects.select_related("suite_version", "deployment").get(pk=run_id)
     if not claimed:
         return run
@@ -366,29 +340,10 @@ def eval_run_execute(*, run_id: int) -> EvalRun:
             raise RuntimeError(f"every request failed, e.g. {sample}")
         scores = scores_of(rows)
     except Exception as exc:  # recorded on the row: the page must say why, not spin forever
-        eval_run_fail(run_id=run_id, error=f"{type(exc).__name__}: {exc}")
+        run_fail(EvalRun, pk=run_id, error=f"{type(exc).__name__}: {exc}")
         run.refresh_from_db()
         return run
     msg = "done" + (f": {failed} of {len(rows)} requests failed (scored 0)" if failed else "")
-    EvalRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(
-        status=RunStatus.SUCCEEDED,
-        progress=100,
-        progress_message=msg,
-        scores=scores,
-        cases_done=len(rows),
-        cases_failed=failed,
-        finished_at=timezone.now(),
-    )
+    run_finish(EvalRun, pk=run_id, message=msg, scores=scores, cases_done=len(rows), cases_failed=failed)
     run.refresh_from_db()
     return run
-
-
-def eval_runs_reap_stale(*, stale_after_s: float = 120.0) -> int:
-    """Fail running eval runs whose heartbeat stopped (their worker died)."""
-    cutoff = timezone.now() - timedelta(seconds=stale_after_s)
-    return EvalRun.objects.filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff).update(
-        status=RunStatus.FAILED,
-        finished_at=timezone.now(),
-        progress_message="failed: the worker stopped reporting",
-        error=f"No heartbeat for more than {stale_after_s:g} s: the worker running this eval died.",
-    )

@@ -11,11 +11,10 @@
 from __future__ import annotations
 
 import math
-import threading
 from datetime import timedelta
 
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
@@ -42,6 +41,7 @@ from evaluations.constants import (
     RunStatus,
     Verdict,
 )
+from evaluations.lifecycle import Heartbeat, run_claim, run_finish, run_report
 from evaluations.models import BenchmarkRun, EvalRun, EvalSuite, GateDecision, GatePolicy, GateRun
 from evaluations.schemas import schema_check
 from evaluations.selectors.gates import gate_policy_current
@@ -284,13 +284,6 @@ def _enqueue(run_id: int) -> None:
     GateRun.objects.filter(pk=run_id).update(task_id=result.id or "")
 
 
-def gate_run_fail(*, run_id: int, error: str) -> None:
-    """End a gate run in error (used by the task's ``on_failure``); gates it never decided stay undecided."""
-    GateRun.objects.filter(pk=run_id, status__in=(GateRunStatus.QUEUED, GateRunStatus.RUNNING)).update(
-        status=GateRunStatus.ERROR, error=error[:5000], finished_at=timezone.now(), progress_message="error"
-    )
-
-
 class GateError(Exception):
     """The gate could not be judged (no deployment, a run failed, the deployment died): verdict error."""
 
@@ -299,65 +292,16 @@ class GateError(Exception):
         self.evidence = evidence
 
 
-class _Heartbeat:
-    """Writes the gate run's heartbeat every few seconds from its own thread while the gates run."""
-
-    def __init__(self, run_id: int, every_s: float = 5.0) -> None:
-        self.run_id = run_id
-        self.every_s = every_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"gate-run-{run_id}-heartbeat", daemon=True)
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        try:
-            while not self._stop.wait(self.every_s):
-                GateRun.objects.filter(pk=self.run_id, status=GateRunStatus.RUNNING).update(
-                    heartbeat_at=timezone.now()
-                )
-        finally:
-            connection.close()
-
-
-def gate_runs_reap_stale(*, stale_after_s: float = 120.0) -> int:
-    """End in error the running gate runs whose heartbeat stopped (their worker died).
-
-    Gates they had not decided stay undecided, so the version stays blocked until they run again.
-    """
-    cutoff = timezone.now() - timedelta(seconds=stale_after_s)
-    return GateRun.objects.filter(status=GateRunStatus.RUNNING, heartbeat_at__lt=cutoff).update(
-        status=GateRunStatus.ERROR,
-        finished_at=timezone.now(),
-        progress_message="error: the worker stopped reporting",
-        error=f"No heartbeat for more than {stale_after_s:g} s: the worker running these gates died.",
-    )
-
-
 def gate_run_execute(*, run_id: int) -> GateRun:
     """Claim a queued gate run and decide each of its gates. A second call does nothing."""
-    now = timezone.now()
-    claimed = GateRun.objects.filter(pk=run_id, status=GateRunStatus.QUEUED).update(
-        status=GateRunStatus.RUNNING,
-        started_at=now,
-        heartbeat_at=now,
-        progress=1,
-        progress_message="starting",
-    )
+    claimed = run_claim(GateRun, pk=run_id, progress=1)
     run = GateRun.objects.select_related("model_version__model", "policy__gpu_type").get(pk=run_id)
     if not claimed:
         return run
-    with _Heartbeat(run_id):
+    # The gates run their evals and benchmarks inline; the heartbeat says the worker is alive.
+    with Heartbeat(lambda: run_report(GateRun, pk=run_id), every_s=5.0, name=f"gate-run-{run_id}-heartbeat"):
         _decide_all(run)
-    GateRun.objects.filter(pk=run_id, status=GateRunStatus.RUNNING).update(
-        status=GateRunStatus.DONE, progress=100, progress_message="done", finished_at=timezone.now()
-    )
+    run_finish(GateRun, pk=run_id)
     run.refresh_from_db()
     return run
 
@@ -366,9 +310,8 @@ def _decide_all(run: GateRun) -> None:
     run_id = run.pk
     runners = {GateKind.QUALITY: _quality, GateKind.PERFORMANCE: _performance, GateKind.STABILITY: _stability}
     for k, kind in enumerate(run.kinds):
-        GateRun.objects.filter(pk=run_id).update(
-            progress=max(1, int(100 * k / len(run.kinds))), progress_message=f"{kind} gate running"
-        )
+        run_report(GateRun, pk=run_id, progress=max(1, int(100 * k / len(run.kinds))),
+                   progress_message=f"{kind} gate running")  # fmt: skip
         try:
             fields = runners[kind](run)
         except GateError as exc:

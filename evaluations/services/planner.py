@@ -27,6 +27,7 @@ from catalog.services import gpu_hourly_cost, memory_estimate
 from engines.scheduler import EngineConfig
 from engines.sim import SimConfig
 from engines.workload import Workload, lognormal, poisson
+from evaluations.lifecycle import run_claim, run_fail, run_finish, run_report
 from evaluations.models import BenchmarkRun, CapacityPlan
 from evaluations.services.calibrations import prediction_basis
 from loadtest.metrics import Sla
@@ -222,7 +223,7 @@ def _enqueue(plan_id: int) -> None:
 def capacity_plan_compute(*, plan_id: int) -> CapacityPlan:
     """Compute a queued plan, candidate by candidate, recording progress. Idempotent: a plan that is
     not queued any more is left alone."""
-    if not CapacityPlan.objects.filter(pk=plan_id, status="queued").update(status="running", progress=0):
+    if not run_claim(CapacityPlan, pk=plan_id):
         return CapacityPlan.objects.get(pk=plan_id)
     plan = CapacityPlan.objects.get(pk=plan_id)
     rows = []
@@ -232,18 +233,10 @@ def capacity_plan_compute(*, plan_id: int) -> CapacityPlan:
                 plan_row(version_id=c["model_version_id"], gpu_type_id=c["gpu_type_id"],
                          tensor_parallel=c["tensor_parallel"], inputs=plan.inputs)
             )  # fmt: skip
-            CapacityPlan.objects.filter(pk=plan_id).update(progress=int(100 * (i + 1) / len(plan.candidates)))
+            run_report(CapacityPlan, pk=plan_id, progress=int(100 * (i + 1) / len(plan.candidates)))
     except Exception as exc:
-        CapacityPlan.objects.filter(pk=plan_id).update(
-            status="failed", error=f"{type(exc).__name__}: {exc}"[:2000]
-        )
+        run_fail(CapacityPlan, pk=plan_id, error=f"{type(exc).__name__}: {exc}")
         raise
     rows.sort(key=lambda r: (not r["ok"], r.get("monthly_usd") or 0))
-    CapacityPlan.objects.filter(pk=plan_id).update(rows=rows, status="done", progress=100)
+    run_finish(CapacityPlan, pk=plan_id, rows=rows)
     return CapacityPlan.objects.get(pk=plan_id)
-
-
-def capacity_plan_fail(*, plan_id: int, error: str) -> None:
-    CapacityPlan.objects.filter(pk=plan_id, status__in=["queued", "running"]).update(
-        status="failed", error=error[:2000]
-    )

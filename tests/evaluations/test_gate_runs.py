@@ -125,7 +125,7 @@ def test_a_gate_run_whose_worker_died_is_reaped_to_error(policy, candidate, admi
     from django.utils import timezone
 
     from evaluations.models import GateRun
-    from evaluations.services.gates import gate_runs_reap_stale
+    from evaluations.lifecycle import runs_reap_stale
 
     run = gate_run_start(version=candidate, actor=admin_user, enqueue=False)
     GateRun.objects.filter(pk=run.pk).update(
@@ -134,7 +134,7 @@ def test_a_gate_run_whose_worker_died_is_reaped_to_error(policy, candidate, admi
     fresh = gate_run_start(version=ModelVersionFactory(model=candidate.model, lifecycle="candidate"), actor=admin_user,
                            enqueue=False)  # fmt: skip
     GateRun.objects.filter(pk=fresh.pk).update(status="running", heartbeat_at=timezone.now())
-    assert gate_runs_reap_stale() == 1
+    assert runs_reap_stale(GateRun) == 1
     run.refresh_from_db()
     fresh.refresh_from_db()
     assert run.status == "error" and "worker" in run.error and fresh.status == "running"
