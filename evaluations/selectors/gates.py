@@ -1,9 +1,12 @@
-"""Gate reads: policies, decisions, gate runs, and whether a version's required gates passed."""
+"""Gate reads: policies, decisions, gate runs, whether a version's required gates passed, and the
+promotion rule (``version_promotion``), which lives here and nowhere else (ADR 0007, ADR 0027)."""
 
 from __future__ import annotations
 
 from django.db.models import QuerySet
 
+from catalog.promotion import Promotion
+from catalog.selectors import version_can_serve_production
 from evaluations.constants import GateKind, Verdict
 from evaluations.models import GateDecision, GatePolicy, GateRun
 
@@ -66,18 +69,19 @@ def gate_runs_of(*, version_id: int, limit: int = 10) -> QuerySet[GateRun]:
 def version_gate_status(*, version) -> dict:
     """Whether a version's required gates passed under its model's current policy.
 
-    ``{"passed", "override", "policy_id", "policy_number", "policy", "gpu_type", "gates": [...], "blocking": [...]}``;
+    ``{"passed", "gates_overridden", "policy_id", "policy_number", "policy", "gpu_type", "gates": [...],
+    "blocking": [...]}``;
     each gate is ``{"kind", "label", "required", "verdict", "decision_id", "summary", "evidence_label"}``
     from the newest decision of that gate under the current policy on the policy's GPU type (a
     decision taken under an older policy does not count: the limits changed). No policy: not passed.
-    The catalog's promotion rule and the rollouts read this.
+    ``gates_overridden`` repeats the catalog's record of an admin's override, for the pages and the API.
     """
-    override = bool(getattr(version, "gate_override_at", None))
+    overridden = version.gates_overridden
     policy = gate_policy_current(model_id=version.model_id)
     if policy is None:
         return {
             "passed": False,
-            "override": override,
+            "gates_overridden": overridden,
             "policy_id": None,
             "policy_number": None,
             "policy": None,
@@ -116,7 +120,7 @@ def version_gate_status(*, version) -> dict:
             )
     return {
         "passed": not blocking,
-        "override": override,
+        "gates_overridden": overridden,
         "policy_id": policy.pk,
         "policy_number": policy.number,
         "gpu_type": policy.gpu_type.name,
@@ -128,6 +132,39 @@ def version_gate_status(*, version) -> dict:
         },
         "blocking": blocking,
     }
+
+
+def version_promotion(*, version) -> Promotion:
+    """The promotion rule: may this version be approved, and may it take production traffic now?
+
+    - **Approve** (``may_approve``): every gate the model's current policy requires passed on the
+      policy's GPU type (``version_gate_status``). Otherwise only a platform admin may approve it, by
+      overriding the gates with a written reason, which the catalog records on the version.
+    - **Take production traffic** (``may_take_traffic``): the version is approved or serving (the
+      catalog's lifecycle), and its required gates pass under the current policy *or* an admin
+      overrode them. A policy tightened after the approval blocks new traffic until the gates pass
+      again under it.
+
+    The catalog's state machine and the rollouts ask this through ``catalog.promotion`` (named in
+    ``settings.GOVERNOR_PROMOTION_RULE``); the gate pages and API call it here.
+    """
+    status = version_gate_status(version=version)
+    overridden = version.gates_overridden
+    lifecycle_ok, refusal = version_can_serve_production(version=version)
+    if lifecycle_ok and not (status["passed"] or overridden):
+        refusal = (
+            f"{version} has not passed its eval gates ({'; '.join(status['blocking'])}) and has no override."
+        )
+    elif lifecycle_ok:
+        refusal = ""
+    return Promotion(
+        may_approve=status["passed"],
+        may_take_traffic=not refusal,
+        gates_overridden=overridden,
+        blocking=tuple(status["blocking"]),
+        traffic_refusal=refusal,
+        evidence=status,
+    )
 
 
 def gate_decisions_by_id(*, ids: list[int]) -> dict[int, GateDecision]:

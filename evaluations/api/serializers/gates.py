@@ -44,8 +44,10 @@ class GatePolicyField(serializers.JSONField):
 
 
 class GateStatusSerializer(serializers.Serializer):
-    passed = serializers.BooleanField()
-    override = serializers.BooleanField()
+    passed = serializers.BooleanField(help_text="Every gate the current policy requires passed")
+    gates_overridden = serializers.BooleanField(
+        help_text="A platform admin approved the version despite its gates, with a recorded reason"
+    )
     policy_id = serializers.IntegerField(allow_null=True)
     policy_number = serializers.IntegerField(allow_null=True)
     policy = GatePolicyField(allow_null=True, help_text="The current policy's limits (none: no policy yet)")
