@@ -26,6 +26,7 @@ urlpatterns = [
     path("benchmarks/", include("evaluations.urls.benchmarks")),
     path("api/evaluations/", include("evaluations.api.urls")),
     path("gates/", include("evaluations.urls.gates")),
+    path("cost/", include("evaluations.urls.cost")),
     path("api/audit/", include("audit.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -1,4 +1,4 @@
-"""Forms of the capacity planner."""
+"""Forms of the cost pages: the capacity planner, and the date range of the GPU cost page."""
 
 from __future__ import annotations
 
@@ -41,3 +41,18 @@ class CapacityPlanForm(BootstrapMixin, forms.Form):
             for g in d.get("gpu_types") or []
             for tp in d.get("tensor_parallel") or []
         ]
+
+
+class CostRangeForm(BootstrapMixin, forms.Form):
+    """Query parameters of the GPU cost page: a range of UTC days, the end exclusive."""
+
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(
+        required=False, help_text="Exclusive.", widget=forms.DateInput(attrs={"type": "date"})
+    )
+
+    def clean(self):
+        data = super().clean()
+        if data.get("since") and data.get("until") and data["until"] <= data["since"]:
+            raise forms.ValidationError("The end date must be after the start date.")
+        return data

@@ -1,56 +1,27 @@
 """What the GPUs behind deployments cost, how much of it tenants were billed, and the idle remainder.
 
-GPU-hours come from each deployment's own history (its append-only events): from a status change
-into DEPLOYING, RUNNING, UNHEALTHY, UNKNOWN or DELETING until the next change out of them, the
-deployment holds ``GPUs per replica × replicas`` GPUs (replicas as the reconciler observed them at
-that change, else as configured). An hour of a GPU costs the GPU cost version in force for its type
-and pool *before* the target-utilization divisor: idle time is shown here explicitly instead of
-being spread over prices. Billed = what tenants' usage on the deployment was charged (billing's
+GPU-hours come from each deployment's own history, read through deployments' selector
+(``deployment_gpu_spans``): from a status change into DEPLOYING, RUNNING, UNHEALTHY, UNKNOWN or
+DELETING until the next change out of them, the deployment holds ``GPUs per replica × replicas``
+GPUs (replicas as the reconciler observed them at that change, else as configured). An hour of a
+GPU costs the GPU cost version in force for its type and pool *before* the target-utilization
+divisor: idle time is shown here explicitly instead of being spread over prices. Billed = what tenants' usage on the deployment was charged (billing's
 rollups); idle (unallocated) = GPU cost − billed, when positive.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections import defaultdict
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from billing.selectors.costs import billed_by_deployment_day
 from catalog.selectors import gpu_cost_in_force
 from catalog.services import gpu_hourly_cost
-from deployments.constants import EventKind, ScalingMode, Status
-from deployments.models import Deployment, DeploymentEvent
+from deployments.selectors import deployment_gpu_spans
 
-HOLDING = {Status.DEPLOYING, Status.RUNNING, Status.UNHEALTHY, Status.UNKNOWN, Status.DELETING}
-
-
-def _configured_replicas(d: Deployment) -> int:
-    return (
-        d.num_replicas
-        if d.scaling_mode == ScalingMode.FIXED
-        else max(d.min_replicas, d.running_replicas or 0)
-    )
-
-
-def _intervals(
-    d: Deployment, events: list[DeploymentEvent], until: dt.datetime
-) -> list[tuple[dt.datetime, dt.datetime, int]]:
-    """(start, end, GPUs held) spans of a deployment, from its status history."""
-    spans, open_at, gpus = [], None, 0
-    per_replica = d.gpus_per_replica
-    for e in events:
-        status = (e.after or {}).get("status")
-        if status is None:
-            continue
-        replicas = (e.after or {}).get("running_replicas") or _configured_replicas(d)
-        if open_at is not None:
-            spans.append((open_at, e.created_at, gpus))
-            open_at = None
-        if status in HOLDING:
-            open_at, gpus = e.created_at, per_replica * max(1, replicas)
-    if open_at is not None:
-        spans.append((open_at, until, gpus))
-    return spans
+if TYPE_CHECKING:
+    from deployments.models import Deployment
 
 
 def _split_by_day(start: dt.datetime, end: dt.datetime):
@@ -71,31 +42,22 @@ def _hourly_rate(d: Deployment, at: dt.datetime) -> tuple[Decimal, int | None]:
 
 def gpu_cost_by_deployment_day(*, since: dt.datetime, until: dt.datetime) -> list[dict]:
     """One row per deployment × UTC day: GPU-hours, their cost, billed, idle. Oldest day first."""
-    now = min(until, dt.datetime.now(dt.UTC))
-    deployments = {d.pk: d for d in Deployment.objects.select_related("gpu_type")}
-    events = defaultdict(list)
-    for e in DeploymentEvent.objects.filter(kind=EventKind.STATUS, created_at__lt=until).order_by(
-        "created_at", "id"
-    ):
-        events[e.deployment_id].append(e)
+    deployments, spans = deployment_gpu_spans(until=until)
     billed = billed_by_deployment_day(since=since, until=until)
     rows: dict[tuple[int, dt.datetime], dict] = {}
-    for dep_id, evs in events.items():
-        d = deployments.get(dep_id)
-        if d is None:
+    for dep_id, span_start, span_end, gpus in spans:
+        d = deployments[dep_id]
+        start, end = max(span_start, since), min(span_end, until)
+        if end <= start:
             continue
-        for start, end, gpus in _intervals(d, evs, now):
-            start, end = max(start, since), min(end, until)
-            if end <= start:
-                continue
-            for day, hours in _split_by_day(start, end):
-                row = rows.setdefault(
-                    (dep_id, day), {"deployment": d, "day": day, "gpu_hours": 0.0, "cost_usd": Decimal(0)}
-                )
-                rate, version_id = _hourly_rate(d, day)
-                row["gpu_hours"] += hours * gpus
-                row["cost_usd"] += rate * Decimal(str(hours * gpus))
-                row["usd_per_gpu_hour"], row["gpu_cost_version_id"] = rate, version_id
+        for day, hours in _split_by_day(start, end):
+            row = rows.setdefault(
+                (dep_id, day), {"deployment": d, "day": day, "gpu_hours": 0.0, "cost_usd": Decimal(0)}
+            )
+            rate, version_id = _hourly_rate(d, day)
+            row["gpu_hours"] += hours * gpus
+            row["cost_usd"] += rate * Decimal(str(hours * gpus))
+            row["usd_per_gpu_hour"], row["gpu_cost_version_id"] = rate, version_id
     for dep_id, day in billed:
         if dep_id in deployments and (dep_id, day) not in rows:
             rows[(dep_id, day)] = {

@@ -1,4 +1,4 @@
-"""Cost and capacity reads: saved capacity plans."""
+"""Reads of the capacity planner: saved plans."""
 
 from __future__ import annotations
 

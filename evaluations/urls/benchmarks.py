@@ -7,18 +7,24 @@ The namespace is ``evaluations`` (what it was before the app was cut by concept)
 from django.urls import path
 
 from evaluations.views import benchmarks as views
-from evaluations.views import cost as cost_views
+from evaluations.views.common import Moved
 
 app_name = "evaluations"
 
 urlpatterns = [
     path("", views.RunListView.as_view(), name="run_list"),
     path("new/", views.RunCreateView.as_view(), name="run_create"),
-    path("prices/", cost_views.DerivedPriceListView.as_view(), name="derived_prices"),
-    path("prices/publish/", cost_views.DerivedPricePublishView.as_view(), name="derived_price_publish"),
-    path("plans/", cost_views.CapacityPlanListView.as_view(), name="plan_list"),
-    path("plans/new/", cost_views.CapacityPlanCreateView.as_view(), name="plan_create"),
-    path("plans/<uuid:token>/", cost_views.CapacityPlanDetailView.as_view(), name="plan_detail"),
+    # Derived prices and plans moved to /cost/ (ADR 0027): bookmarks, shared plan links and old
+    # forms still work, and so do these names.
+    path("prices/", Moved.as_view(pattern_name="cost:derived_prices"), name="derived_prices"),
+    path(
+        "prices/publish/",
+        Moved.as_view(pattern_name="cost:derived_price_publish"),
+        name="derived_price_publish",
+    ),
+    path("plans/", Moved.as_view(pattern_name="cost:plan_list"), name="plan_list"),
+    path("plans/new/", Moved.as_view(pattern_name="cost:plan_create"), name="plan_create"),
+    path("plans/<uuid:token>/", Moved.as_view(pattern_name="cost:plan_detail"), name="plan_detail"),
     path("compare/", views.RunCompareView.as_view(), name="run_compare"),
     path("<int:pk>/", views.RunDetailView.as_view(), name="run_detail"),
     path("<int:pk>/progress/", views.RunProgressView.as_view(), name="run_progress"),

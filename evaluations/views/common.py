@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from django.http import HttpResponsePermanentRedirect
+from django.views.generic import RedirectView
+
 PAGE_SIZE = 25
 
 
@@ -10,3 +13,15 @@ def query_without_page(request) -> str:
     params = request.GET.copy()
     params.pop("page", None)
     return params.urlencode()
+
+
+class Moved(RedirectView):
+    """A page that moved for good: 308 with the query string, so a bookmark, a shared link and a
+    form posted from a page loaded before the move all reach the new address (the method and body
+    are kept)."""
+
+    query_string = True
+
+    def get(self, request, *args, **kwargs):
+        url = self.get_redirect_url(*args, **kwargs)
+        return HttpResponsePermanentRedirect(url, preserve_request=True)

@@ -1,4 +1,4 @@
-"""Cost pages of the evaluations app: derived prices (review and publish) and the capacity planner."""
+"""Cost pages (mounted at ``/cost/``): derived prices (review and publish) and the capacity planner."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.views import View
 from django_htmx.http import HttpResponseClientRefresh
 
 from evaluations.forms.cost import CapacityPlanForm
-from evaluations.selectors.cost import capacity_plan_get, capacity_plan_list
+from evaluations.selectors.planner import capacity_plan_get, capacity_plan_list
 from evaluations.services.planner import capacity_plan_create
 from evaluations.services.pricing import derived_price_publish, price_derivation, price_derivations
 from governor.access import (
@@ -58,7 +58,7 @@ class DerivedPricePublishView(PlatformAdminRequiredMixin, View):
             request,
             f"Published {public_model}: ${price.input_per_million} in / ${price.output_per_million} out per M tokens.",
         )
-        return redirect(reverse("evaluations:derived_prices"))
+        return redirect(reverse("cost:derived_prices"))
 
 
 class CapacityPlanListView(PlatformUserRequiredMixin, View):
@@ -100,7 +100,7 @@ class CapacityPlanCreateView(PlatformAdminRequiredMixin, View):
                 for field, errors in exc.message_dict.items():
                     form.add_error(field if field in form.fields else None, errors)
             else:
-                return redirect(reverse("evaluations:plan_detail", args=[plan.token]))
+                return redirect(reverse("cost:plan_detail", args=[plan.token]))
         return CapacityPlanListView().get(request, form=form, status=400)
 
 

@@ -1,30 +1,17 @@
-"""The admin cost view: GPU-hours and their cost per deployment and pool, billed part, idle remainder."""
+"""The GPU cost page (mounted at ``/cost/gpus/``): GPU-hours and their cost per deployment and pool,
+the part tenants were billed, and the idle remainder."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from django import forms
 from django.shortcuts import render
 from django.utils import timezone
 from django.views import View
 
-from deployments.costs import gpu_cost_summary
+from evaluations.forms.cost import CostRangeForm
+from evaluations.selectors.gpu_costs import gpu_cost_summary
 from governor.access import ReadsEverythingRequiredMixin
-from governor.forms import BootstrapMixin
-
-
-class CostRangeForm(BootstrapMixin, forms.Form):
-    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
-    until = forms.DateField(
-        required=False, help_text="Exclusive.", widget=forms.DateInput(attrs={"type": "date"})
-    )
-
-    def clean(self):
-        data = super().clean()
-        if data.get("since") and data.get("until") and data["until"] <= data["since"]:
-            raise forms.ValidationError("The end date must be after the start date.")
-        return data
 
 
 def _utc(d: dt.date) -> dt.datetime:
@@ -35,7 +22,7 @@ class GpuCostView(ReadsEverythingRequiredMixin, View):
     def get(self, request):
         form = CostRangeForm(request.GET or None)
         if request.GET and not form.is_valid():
-            return render(request, "deployments/gpu_costs.html", {"form": form}, status=400)
+            return render(request, "evaluations/gpu_costs.html", {"form": form}, status=400)
         data = form.cleaned_data if form.is_bound else {}
         today = timezone.now().astimezone(dt.UTC).date()
         until = data.get("until") or today + dt.timedelta(days=1)
@@ -49,6 +36,6 @@ class GpuCostView(ReadsEverythingRequiredMixin, View):
         }
         return render(
             request,
-            "deployments/gpu_costs.html",
+            "evaluations/gpu_costs.html",
             {"form": form, "summary": summary, "since": since, "until": until, "chart": chart},
         )

@@ -83,7 +83,7 @@ def test_planner_answers_h100_vs_h200(page, live_server, admin_user, celery_work
     page.select_option("#id_gpu_types", [str(h100.pk), str(h200.pk)])
     page.select_option("#id_tensor_parallel", ["1"])
     page.click("#plan-form button")
-    page.wait_for_url(re.compile(r"/benchmarks/plans/[0-9a-f-]{36}/$"))
+    page.wait_for_url(re.compile(r"/cost/plans/[0-9a-f-]{36}/$"))
     # A worker computes the plan; the page shows progress and reloads itself when it is done.
     page.wait_for_selector("tr.plan-row", timeout=180_000)
     rows = {r.get_attribute("data-gpu"): r for r in page.locator("tr.plan-row").all()}

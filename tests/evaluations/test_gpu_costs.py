@@ -13,8 +13,8 @@ from billing.services.budgets import budget_set
 from billing.services.rollups import usage_rollup_run
 from catalog.services import gpu_cost_version_create
 from deployments.constants import EventKind
-from deployments.costs import gpu_cost_summary
 from deployments.models import DeploymentEvent
+from evaluations.selectors.gpu_costs import gpu_cost_summary
 from tests.billing.test_rollups import make_event
 from tests.deployments.factories import DeploymentFactory
 
@@ -62,7 +62,7 @@ def test_gpu_hours_cost_billed_and_idle(dep, tenant):
     "role,status", [("admin", 200), ("auditor", 200), ("member", 403), ("outsider", 403), ("anon", 302)]
 )
 def test_gpu_cost_page_by_role(role_clients, role, status, dep):
-    r = role_clients[role].get(reverse("deployments:gpu_costs") + "?since=2026-11-01&until=2026-11-10")
+    r = role_clients[role].get(reverse("cost:gpu_costs") + "?since=2026-11-01&until=2026-11-10")
     assert r.status_code == status
     if status == 200:
         html = r.content.decode()
@@ -74,7 +74,7 @@ def test_gpu_cost_page_by_role(role_clients, role, status, dep):
 
 
 def test_gpu_cost_page_bad_range(admin_client):
-    r = admin_client.get(reverse("deployments:gpu_costs") + "?since=2026-11-10&until=2026-11-01")
+    r = admin_client.get(reverse("cost:gpu_costs") + "?since=2026-11-10&until=2026-11-01")
     assert r.status_code == 400 and "end date must be after the start date" in r.content.decode()
 
 
