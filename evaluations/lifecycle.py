@@ -35,18 +35,19 @@ ERROR_CHARS = 5000
 STALE_AFTER_S = 120.0
 
 
-def _columns(model: type[Run], values: dict) -> dict:
-    """The values this kind of run has columns for (a capacity plan keeps no times or heartbeat)."""
+def _values(model: type[Run], own: dict, fields: dict) -> dict:
+    """The lifecycle's own values for the columns this kind of run has (a capacity plan keeps no
+    times, heartbeat or message), then the caller's ``fields`` as given (a misspelt one fails)."""
     names = {f.name for f in model._meta.concrete_fields}
-    return {k: v for k, v in values.items() if k in names}
+    return {**{k: v for k, v in own.items() if k in names}, **fields}
 
 
 def run_claim(model: type[Run], *, pk: int, **fields) -> bool:
     """queued → running, once. False when another worker claimed it or it ended meanwhile."""
     now = timezone.now()
-    values = {"status": model.RUNNING, "started_at": now, "heartbeat_at": now, "progress": 0,
-              "progress_message": "starting", **fields}  # fmt: skip
-    return bool(model.objects.filter(pk=pk, status=model.QUEUED).update(**_columns(model, values)))
+    own = {"status": model.RUNNING, "started_at": now, "heartbeat_at": now, "progress": 0,
+           "progress_message": "starting"}  # fmt: skip
+    return bool(model.objects.filter(pk=pk, status=model.QUEUED).update(**_values(model, own, fields)))
 
 
 def run_report(model: type[Run], *, pk: int, **fields) -> str | None:
@@ -55,34 +56,38 @@ def run_report(model: type[Run], *, pk: int, **fields) -> str | None:
     Writes nothing once the run left *running* (cancelled, reaped), so a late report never revives
     it; the status it returns tells the worker whether to stop.
     """
-    values = _columns(model, {"heartbeat_at": timezone.now(), **fields})
+    values = _values(model, {"heartbeat_at": timezone.now()}, fields)
     model.objects.filter(pk=pk, status=model.RUNNING).update(**values)
     return model.objects.filter(pk=pk).values_list("status", flat=True).first()
 
 
 def run_finish(model: type[Run], *, pk: int, message: str = "done", **fields) -> bool:
     """running → succeeded (``done``) with its results. False when it ended otherwise meanwhile."""
-    values = {"status": model.SUCCEEDED, "progress": 100, "progress_message": message[:255],
-              "finished_at": timezone.now(), **fields}  # fmt: skip
-    return bool(model.objects.filter(pk=pk, status=model.RUNNING).update(**_columns(model, values)))
+    own = {"status": model.SUCCEEDED, "progress": 100, "progress_message": message[:255],
+           "finished_at": timezone.now()}  # fmt: skip
+    return bool(model.objects.filter(pk=pk, status=model.RUNNING).update(**_values(model, own, fields)))
 
 
 def run_fail(model: type[Run], *, pk: int, error: str) -> bool:
     """queued or running → failed (``error``), saying why. A run that already ended is left alone."""
-    values = {"status": model.FAILED, "error": error[:ERROR_CHARS], "finished_at": timezone.now(),
-              "progress_message": model.FAILED}  # fmt: skip
+    own = {"status": model.FAILED, "error": error[:ERROR_CHARS], "finished_at": timezone.now(),
+           "progress_message": model.FAILED}  # fmt: skip
     active = (model.QUEUED, model.RUNNING)
-    return bool(model.objects.filter(pk=pk, status__in=active).update(**_columns(model, values)))
+    return bool(model.objects.filter(pk=pk, status__in=active).update(**_values(model, own, {})))
 
 
 def run_cancel(model: type[Run], *, pk: int, actor) -> bool:
     """queued or running → cancelled. A running worker sees it at its next report and stops."""
     if model.CANCELLED is None:
         raise ValueError(f"A {model._meta.verbose_name} cannot be cancelled.")
-    values = {"status": model.CANCELLED, "finished_at": timezone.now(),
-              "progress_message": f"cancelled by {getattr(actor, 'username', None) or actor or 'system'}"}  # fmt: skip
+    who = getattr(actor, "username", None) or actor or "system"
+    own = {
+        "status": model.CANCELLED,
+        "finished_at": timezone.now(),
+        "progress_message": f"cancelled by {who}",
+    }
     active = (model.QUEUED, model.RUNNING)
-    return bool(model.objects.filter(pk=pk, status__in=active).update(**_columns(model, values)))
+    return bool(model.objects.filter(pk=pk, status__in=active).update(**_values(model, own, {})))
 
 
 def reaped_models() -> list[type[Run]]:

@@ -146,20 +146,19 @@ def version_promotion(*, version) -> Promotion:
       again under it.
 
     The catalog's state machine and the rollouts ask this through ``catalog.promotion`` (named in
-    ``settings.GOVERNOR_PROMOTION_RULE``); the gate pages and API call it here.
+    ``settings.GOVERNOR_PROMOTION_RULE``); nothing else decides either question.
     """
     status = version_gate_status(version=version)
     overridden = version.gates_overridden
+    gates_ok = status["passed"] or overridden
     lifecycle_ok, refusal = version_can_serve_production(version=version)
-    if lifecycle_ok and not (status["passed"] or overridden):
+    if lifecycle_ok and not gates_ok:
         refusal = (
             f"{version} has not passed its eval gates ({'; '.join(status['blocking'])}) and has no override."
         )
-    elif lifecycle_ok:
-        refusal = ""
     return Promotion(
         may_approve=status["passed"],
-        may_take_traffic=not refusal,
+        may_take_traffic=lifecycle_ok and gates_ok,
         gates_overridden=overridden,
         blocking=tuple(status["blocking"]),
         traffic_refusal=refusal,
