@@ -15,12 +15,20 @@ forwarding, the usage event fsynced to its spool before ``[DONE]``, and the sett
 3. *Cost* ``cpu_ms_per_request``: gateway process CPU (user+sys from /proc) per 64-token stream
    against an engine with no delay.
 
+   With ``--baseline litellm`` the LiteLLM proxy (its own virtualenv, ``benchmarks.litellm_baseline``)
+   serves the same model from the same no-delay engine to the same load clients, in rounds
+   alternating with the gateway's: ``litellm_cpu_ms_per_request`` (its process tree's CPU per
+   completed stream), ``litellm_cpu_ratio`` = that ÷ ``cpu_ms_per_request``, the throughputs and
+   their ratio, and ``baseline_conditions`` (what each proxy does per request, load, counts).
+
 4. *Slow clients* (``--slowloris``): real requests' success rate and p99 (``legit_success_rate``,
    ``legit_p99_ms``) while 3,000 slow-header connections are held, the gateway started at a soft
    limit of 1,024 open files (what it raises at start; ADR 0015).
 
     python -m benchmarks.gateway --json var/bench-gateway.json
     python -m benchmarks.gateway --quick            # shorter stages, smaller ladder
+    python -m benchmarks.gateway --baseline litellm --json var/bench-gateway-litellm.json
+    python -m benchmarks.gateway --baseline litellm --cpu-only   # only the CPU comparison
     python -m benchmarks.gateway --slowloris --json var/bench-slowloris.json
     python -m benchmarks.gateway [--slowloris] --smoke   # seconds, tiny sizes (run by the tests)
 """
@@ -48,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
+import psutil  # noqa: E402
 
 from procs import free_port  # noqa: E402
 
@@ -154,11 +163,11 @@ def snapshot_sections(engine_ports: list[int], limits: bool) -> dict[str, dict]:
 
 
 def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limits: bool) -> int:
-    """Publish both sections through the product's own writer (``gateway.publish``), as the console
+    """Publish both sections through the product's own writer (``snapshot.publish``), as the console
     does; returns the snapshot version the gateway will report once it serves them."""
     import redis
 
-    from gateway.publish import publish_section
+    from snapshot.publish import publish_section
 
     r = redis.Redis.from_url(redis_url)
     try:
@@ -183,29 +192,33 @@ def wait_snapshot(port: int, version: int = 1, timeout: float = 30) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """user+sys CPU of a process (all its threads) and of its live child processes, from /proc."""
-    total = 0
-    for p in [pid, *_children(pid)]:
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    """user+sys CPU of a process (all its threads) and of every live process below it (psutil).
+
+    The gateway and the LiteLLM proxy are measured by this one function, so neither is charged for
+    something the other is not."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for proc in tree:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            times = proc.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def _children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            with contextlib.suppress(OSError):
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(d.name))
-    return out
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    return []
 
 
 # ------------------------------------------------------------------ load client
 
 
-def _request_bytes(port: int) -> bytes:
+def _request_bytes(port: int, secret: str = SECRET) -> bytes:
     body = orjson.dumps(
         {
             "model": MODEL,
@@ -215,7 +228,7 @@ def _request_bytes(port: int) -> bytes:
         }
     )
     head = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {SECRET}\r\n"
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {secret}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
@@ -290,10 +303,12 @@ class _StreamConn(asyncio.Protocol):
             done.set_result(time.perf_counter() - self.t0)
 
 
-async def _worker(ports: list[int], idx: int, stop_at: float, warm_until: float, out: dict) -> None:
+async def _worker(
+    ports: list[int], idx: int, stop_at: float, warm_until: float, out: dict, secret: str = SECRET
+) -> None:
     """One closed-loop stream after another over one kept-alive connection."""
     port = ports[idx % len(ports)]
-    req = _request_bytes(port)
+    req = _request_bytes(port, secret)
     loop = asyncio.get_running_loop()
     conn: _StreamConn | None = None
     perf = time.perf_counter
@@ -326,7 +341,7 @@ async def _worker(ports: list[int], idx: int, stop_at: float, warm_until: float,
 
 
 def _client_process(
-    ports: list[int], first: int, n: int, warm_s: float, run_s: float, start_at: float, conn
+    ports: list[int], first: int, n: int, warm_s: float, run_s: float, start_at: float, conn, secret: str
 ) -> None:
     import uvloop
 
@@ -338,7 +353,9 @@ def _client_process(
         tasks = []
         for i in range(n):
             tasks.append(
-                asyncio.create_task(_worker(ports, first + i, perf0 + warm_s + run_s, perf0 + warm_s, out))
+                asyncio.create_task(
+                    _worker(ports, first + i, perf0 + warm_s + run_s, perf0 + warm_s, out, secret)
+                )
             )
             if n > 1:
                 await asyncio.sleep(0.5 / n)
@@ -352,8 +369,10 @@ def _client_process(
     conn.close()
 
 
-def run_load(ports: list[int], concurrency: int, warm_s: float, run_s: float, procs: int) -> dict:
-    """``concurrency`` closed-loop streams spread over ``procs`` client processes."""
+def run_load(
+    ports: list[int], concurrency: int, warm_s: float, run_s: float, procs: int, *, secret: str = SECRET
+) -> dict:
+    """``concurrency`` closed-loop streams spread over ``procs`` client processes, sending ``secret``."""
     procs = max(1, min(procs, concurrency))
     ctx = mp.get_context("spawn")
     start_at = time.time() + 1.5
@@ -362,7 +381,9 @@ def run_load(ports: list[int], concurrency: int, warm_s: float, run_s: float, pr
     first = 0
     for n in share:
         parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_client_process, args=(ports, first, n, warm_s, run_s, start_at, child))
+        p = ctx.Process(
+            target=_client_process, args=(ports, first, n, warm_s, run_s, start_at, child, secret)
+        )
         p.start()
         pipes.append(parent)
         children.append(p)
@@ -642,6 +663,63 @@ def pct(values: list[float], q: float) -> float:
     return (s[lo] + (s[hi] - s[lo]) * (k - lo)) * 1000
 
 
+# ------------------------------------------------------------------ CPU per request (and the baseline)
+
+CPU_CONCURRENCY = 16  # closed-loop streams of the CPU stage, in CPU_CLIENT_PROCS load-client processes
+CPU_CLIENT_PROCS = 2
+
+
+class BaselineFailed(RuntimeError):
+    """The baseline proxy did not serve the load well enough to compare with: no figures are reported."""
+
+
+def measure_cpu(port: int, pid: int, seconds: float, *, secret: str = SECRET) -> dict:
+    """One window of the CPU stage: the process tree of ``pid`` (the proxy serving ``port``) under
+    CPU_CONCURRENCY streams for ``seconds``; its CPU seconds, completed streams and errors."""
+    cpu0 = cpu_seconds(pid)
+    load = run_load([port], CPU_CONCURRENCY, 0.0, seconds, CPU_CLIENT_PROCS, secret=secret)
+    return {
+        "cpu_s": cpu_seconds(pid) - cpu0,
+        "requests": load["requests"],
+        "errors": load["errors"],
+        "seconds": seconds,
+    }
+
+
+def pool_windows(windows: list[dict]) -> dict:
+    return {k: sum(w[k] for w in windows) for k in ("cpu_s", "requests", "errors", "seconds")}
+
+
+def baseline_figures(gateway: dict, litellm: dict, *, max_error_rate: float = 0.01) -> dict:
+    """CPU per completed stream and throughput of both proxies and their ratios, from the pooled
+    windows each was measured in (``measure_cpu``). A side that completed nothing, or failed more
+    than ``max_error_rate`` of its streams, did not do the job: ``BaselineFailed``, nothing reported."""
+    for name, side in (("Governor's gateway", gateway), ("LiteLLM's proxy", litellm)):
+        attempts = side["requests"] + side["errors"]
+        if side["requests"] == 0 or side["errors"] > max_error_rate * attempts:
+            raise BaselineFailed(
+                f"{name} completed {side['requests']} of {attempts} streams: not a figure to compare"
+            )
+    gw_ms = gateway["cpu_s"] * 1000 / gateway["requests"]
+    lite_ms = litellm["cpu_s"] * 1000 / litellm["requests"]
+    gw_rps = gateway["requests"] / gateway["seconds"]
+    lite_rps = litellm["requests"] / litellm["seconds"]
+    return {
+        "cpu_ms_per_request": gw_ms,
+        "litellm_cpu_ms_per_request": lite_ms,
+        # > 1: LiteLLM spends that many times the gateway's CPU on one stream.
+        "litellm_cpu_ratio": lite_ms / gw_ms,
+        "requests_per_s": gw_rps,
+        "litellm_requests_per_s": lite_rps,
+        # < 1: LiteLLM completed that fraction of the gateway's streams per second under the same load.
+        "litellm_throughput_ratio": lite_rps / gw_rps,
+        "cpu_requests": gateway["requests"],
+        "cpu_errors": gateway["errors"],
+        "litellm_cpu_requests": litellm["requests"],
+        "litellm_cpu_errors": litellm["errors"],
+    }
+
+
 def compare(direct: dict, via: dict) -> dict:
     row = {
         "direct_ttft_p50_ms": pct(direct["ttft"], 0.5),
@@ -685,6 +763,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--quick", action="store_true")
     p.add_argument(
+        "--baseline",
+        choices=["litellm"],
+        default=None,
+        help="also measure the LiteLLM proxy's CPU per request on the same engine and load (own virtualenv)",
+    )
+    p.add_argument(
+        "--litellm-python",
+        default=None,
+        help="--baseline litellm: an interpreter with litellm[proxy] (else $GOVERNOR_LITELLM_PYTHON, "
+        "else var/litellm-venv, created on first use)",
+    )
+    p.add_argument(
+        "--no-litellm-install",
+        action="store_true",
+        help="--baseline litellm: fail instead of creating var/litellm-venv",
+    )
+    p.add_argument(
         "--cpu-only", action="store_true", help="only the CPU-per-request figure (no overhead, no ladder)"
     )
     p.add_argument(
@@ -722,6 +817,20 @@ def main(argv: list[str] | None = None) -> int:
     if a.smoke:
         a.ladder, a.duration, a.warm, a.cpu_requests_s, a.rounds = "8", 1.5, 0.0, 1.0, 1
         a.engines, a.client_procs = 1, 1
+
+    litellm = None
+    if a.baseline == "litellm":
+        # Before anything starts: a baseline that cannot run stops the benchmark, it is never made up.
+        from benchmarks.litellm_baseline import LiteLLMUnavailable, resolve_python
+
+        try:
+            litellm = resolve_python(
+                a.litellm_python, install=not a.no_litellm_install, log=lambda m: print(m, file=sys.stderr)
+            )
+        except LiteLLMUnavailable as exc:
+            print(f"LiteLLM baseline unavailable, nothing measured: {exc}", file=sys.stderr)
+            return 2
+        print(f"LiteLLM {litellm[1]} from {litellm[0]}", file=sys.stderr)
 
     load_at_start = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
@@ -785,24 +894,25 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 break  # two real failures in a row: stop climbing
 
-        # CPU per request: no-delay engine, moderate concurrency, gateway CPU from /proc.
+        # CPU per request: no-delay engine, moderate concurrency, the gateway's process-tree CPU.
         version = publish_snapshot(a.redis_url, prefix, [nd_port], limits=not a.no_limits)
         wait_snapshot(gw_port, version)
-        run_load([gw_port], 16, 0.5, 1.0, 2)  # warm the path
-        cpu0 = cpu_seconds(gw.pid)
-        load = run_load([gw_port], 16, 0.0, a.cpu_requests_s, 2)
-        cpu1 = cpu_seconds(gw.pid)
-        cpu_ms = (cpu1 - cpu0) * 1000 / max(1, load["requests"] + load["errors"])
-
-        results.update(
-            {
-                "cpu_ms_per_request": cpu_ms,
-                "cpu_requests": load["requests"],
-                "cpu_errors": load["errors"],
-                "load_average_at_start": load_at_start,
-                "load_average_at_end": os.getloadavg(),
-            }
-        )
+        run_load([gw_port], CPU_CONCURRENCY, 0.5, 1.0, CPU_CLIENT_PROCS)  # warm the path
+        if litellm is None:
+            window = measure_cpu(gw_port, gw.pid, a.cpu_requests_s)
+            results["cpu_ms_per_request"] = (
+                window["cpu_s"] * 1000 / max(1, window["requests"] + window["errors"])
+            )
+            results["cpu_requests"] = window["requests"]
+            results["cpu_errors"] = window["errors"]
+        else:
+            try:
+                results.update(run_litellm_baseline(a, litellm, work, gw_port, gw.pid, nd_port))
+            except BaselineFailed as exc:
+                print(f"LiteLLM baseline failed, no figures reported: {exc}", file=sys.stderr)
+                return 3
+        results["load_average_at_start"] = load_at_start
+        results["load_average_at_end"] = os.getloadavg()
         if not a.cpu_only:
             c64 = rows[64]
             results.update(
@@ -829,6 +939,8 @@ def main(argv: list[str] | None = None) -> int:
         _forget_prefix(a.redis_url, prefix)
         shutil.rmtree(work, ignore_errors=True)
 
+    if litellm is not None:
+        print_baseline(results)
     if a.cpu_only:
         la, lb = results["load_average_at_start"], results["load_average_at_end"]
         print(
@@ -841,6 +953,83 @@ def main(argv: list[str] | None = None) -> int:
         Path(a.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json_path).write_text(json.dumps(results, indent=2, default=float))
     return 0
+
+
+def run_litellm_baseline(
+    a, litellm: tuple[Path, str], work: Path, gw_port: int, gw_pid: int, engine_port: int
+) -> dict:
+    """The CPU stage for both proxies: LiteLLM's proxy serves the same model from the same no-delay
+    engine; windows of the same load alternate between the two (``a.rounds`` each), so a slow drift of a
+    shared machine hits both alike. Returns ``baseline_figures`` and the conditions."""
+    from benchmarks.litellm_baseline import MASTER_KEY_PREFIX, WHAT_IT_DOES, litellm_proxy, proxy_config
+
+    python, version = litellm
+    master_key = MASTER_KEY_PREFIX + uuid.uuid4().hex
+    lite_prefix = f"litellm-bench-{uuid.uuid4().hex[:8]}"
+    config = proxy_config(
+        upstream_base_url=f"http://127.0.0.1:{engine_port}/v1",
+        model=MODEL,
+        master_key=master_key,
+        redis_url=a.redis_url,
+        prices=snapshot_sections([engine_port], True)["tenancy"]["prices"][MODEL],
+    )
+    rounds = max(1, a.rounds)
+    with litellm_proxy(python, config, work / lite_prefix) as (lite_port, lite_pid):
+        run_load([lite_port], CPU_CONCURRENCY, 0.5, 1.0, CPU_CLIENT_PROCS, secret=master_key)  # warm
+        gw_windows, lite_windows = [], []
+        for _ in range(rounds):
+            gw_windows.append(measure_cpu(gw_port, gw_pid, a.cpu_requests_s))
+            lite_windows.append(measure_cpu(lite_port, lite_pid, a.cpu_requests_s, secret=master_key))
+            print(
+                f"  cpu window: gateway {gw_windows[-1]['requests']} streams, "
+                f"LiteLLM {lite_windows[-1]['requests']} streams",
+                file=sys.stderr,
+            )
+    figures = baseline_figures(pool_windows(gw_windows), pool_windows(lite_windows))
+    governor = (
+        "python -m gateway, 1 worker, access log off: API-key auth, key and tenant rpm/tpm limits and a "
+        "budget hold in Redis (Lua), routing, SSE forwarding with metering, the usage event fsynced to its "
+        "spool before [DONE], the settle in Redis"
+        if not a.no_limits
+        else "python -m gateway, 1 worker, access log off, --no-limits: API-key auth, routing, SSE forwarding "
+        "with metering, the usage event fsynced to its spool (no limits, no budget)"
+    )
+    return figures | {
+        "litellm_version": version,
+        "baseline_conditions": {
+            "governor": governor,
+            "litellm": WHAT_IT_DOES.format(version=version),
+            "upstream": "one engines.server process in fixed-timing mode with no delay (TTFT 0, TPOT 0): "
+            f"{TOKENS}-token SSE streams as fast as it makes them; the same process for both proxies",
+            "request": f"POST /v1/chat/completions, stream true, max_tokens {TOKENS}, one short user message",
+            "load": f"{CPU_CONCURRENCY} closed-loop streams over kept-alive connections from "
+            f"{CPU_CLIENT_PROCS} load-client processes (the same client for both), {rounds} window(s) of "
+            f"{a.cpu_requests_s:g} s per proxy, alternating, after a warm-up of each",
+            "cpu": "user+sys CPU of each proxy's process tree (psutil) over its own windows, divided by the "
+            "streams it completed",
+            "cores": os.cpu_count(),
+            "load_average_at_baseline_end": os.getloadavg(),
+        },
+    }
+
+
+def print_baseline(r: dict) -> None:
+    c = r["baseline_conditions"]
+    print(f"\nCPU per streamed request, Governor's gateway vs the LiteLLM proxy {r['litellm_version']}")
+    for k in ("governor", "litellm", "upstream", "request", "load", "cpu"):
+        print(f"  {k}: {c[k]}")
+    print(
+        f"cpu_ms_per_request          {r['cpu_ms_per_request']:.3f}   ({r['cpu_requests']} streams, "
+        f"{r['cpu_errors']} errors, {r['requests_per_s']:.0f} streams/s)"
+    )
+    print(
+        f"litellm_cpu_ms_per_request  {r['litellm_cpu_ms_per_request']:.3f}   ({r['litellm_cpu_requests']} streams, "
+        f"{r['litellm_cpu_errors']} errors, {r['litellm_requests_per_s']:.0f} streams/s)"
+    )
+    print(
+        f"litellm_cpu_ratio           {r['litellm_cpu_ratio']:.2f}   (LiteLLM's CPU per stream / the gateway's); "
+        f"litellm_throughput_ratio {r['litellm_throughput_ratio']:.2f}"
+    )
 
 
 def print_table(r: dict) -> None:

@@ -152,8 +152,8 @@ def run(a: argparse.Namespace, work: Path) -> dict:
     from deployments.models import Deployment, ModelRoute
     from deployments.rollouts.services import rollout_create, rollouts_tick
     from deployments.services import model_route_save, route_target_set
-    from gateway.publish import section_key
-    from gateway.snapshot import VERSION_KEY
+    from snapshot.contract import VERSION_KEY
+    from snapshot.publish import section_key
 
     call_command("migrate", verbosity=0)
     prefix = settings.GATEWAY_KEY_PREFIX

@@ -25,7 +25,11 @@
    (``calib_level_spread_pct``): the noise floor the errors should be judged against; the headline
    figures stay those of the first file, ``calib_runs_median`` is the median over all files. With
    ``--pool`` the headline figures are those of one fit on the runs' mean per level
-   (``pooled_points``), the first file's kept in ``calib_per_run``.
+   (``pooled_points``), the first file's kept in ``calib_per_run``. Points of other length shapes
+   (``vllm_cpu_points --shapes``, level ``c4@512x32``) are never fitted on; their worst held-out
+   error is ``calib_shape_ttft_err_pct`` / ``calib_shape_tpot_err_pct``. Where points carry vLLM's own
+   queue and prefill means, the fit matches the engine's TTFT too (``engines.calibrate``;
+   ``--engine-ttft-weight 0`` leaves it out), and each row shows it measured and predicted.
 
     python -m benchmarks.simulator --json var/bench-simulator.json
     python -m benchmarks.simulator --calibration-points var/calibration/tiny-llama-cpu.json
@@ -45,7 +49,13 @@ CALIBRATION_DIR = ROOT / "benchmarks" / "calibration"
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
-from engines.calibrate import CPU_FIT, DEFAULT_FIT, calibrate  # noqa: E402
+from engines.calibrate import (  # noqa: E402
+    CPU_FIT,
+    DEFAULT_FIT,
+    ENGINE_TTFT_WEIGHT,
+    calibrate,
+    measured_engine_ttft,
+)
 from engines.memory import estimate_memory  # noqa: E402
 from engines.perf import PerfModel  # noqa: E402
 from engines.presets import gpu_from_dict, gpu_preset, model_from_dict, model_preset  # noqa: E402
@@ -183,6 +193,8 @@ def pooled_points(paths: list[Path]) -> dict:
             "loadavg_1m_mean",
             "server_steps",
             "server_step_tokens_mean",
+            "server_queue_mean_s",
+            "server_prefill_mean_s",
         ):
             vals = [p[key] for p in same if p.get(key) is not None]
             if vals:
@@ -203,7 +215,10 @@ def pooled_points(paths: list[Path]) -> dict:
 
 
 def calibration_figures(
-    path: Path | dict, fit_levels: list[str] | None = None, fit_params: tuple[str, ...] | None = None
+    path: Path | dict,
+    fit_levels: list[str] | None = None,
+    fit_params: tuple[str, ...] | None = None,
+    engine_ttft_weight: float = ENGINE_TTFT_WEIGHT,
 ) -> dict:
     """Fit on some load levels of ``path`` (a points file, or its data) and report the errors on the
     others (module docstring, 3)."""
@@ -228,7 +243,9 @@ def calibration_figures(
     if not fit:
         raise ValueError(f"{path}: no points at fit levels {fit_levels} (levels: {sorted(keys)})")
     names = fit_params or (CPU_FIT if gpu.name == "CPU" else DEFAULT_FIT)
-    result = calibrate(fit, model, gpu, engine, tensor_parallel=tp, fit=names)
+    result = calibrate(
+        fit, model, gpu, engine, tensor_parallel=tp, fit=names, engine_ttft_weight=engine_ttft_weight
+    )
     rows = result.predict(held)
 
     def worst(metric: str, rows: list[dict] = rows) -> float | None:
@@ -251,6 +268,7 @@ def calibration_figures(
         "calib_points": len(points),
         "calib_fit_levels": fit_levels,
         "calib_fitted": list(names),
+        "calib_engine_ttft_weight": engine_ttft_weight,
         "calib_params": result.params.as_dict(),
         "calib_fit_errors": [_row(r) for r in result.fit_errors],
         "calib_held_out": [_row(r) for r in rows],
@@ -285,6 +303,11 @@ def _row(r: dict) -> dict:
         "tpot_pred_ms": (q.get("tpot_median_s") or 0) * 1e3,
         "tpot_err_pct": r["tpot_err_pct"],
         "throughput_err_pct": r["throughput_err_pct"],
+        # TTFT inside the engine: vLLM's mean queue + prefill time, and the simulator's (fitted on where
+        # measured: engines.calibrate, "the engine's share of TTFT").
+        "engine_ttft_ms": (measured_engine_ttft(p) or 0) * 1e3 or None,
+        "engine_ttft_pred_ms": (q.get("engine_ttft_mean_s") or 0) * 1e3 or None,
+        "engine_ttft_err_pct": r.get("engine_ttft_err_pct"),
         # Engine steps, measured (vLLM's tokens-per-step histogram; newer point files) and simulated.
         "steps": p.get("server_steps"),
         "steps_pred": q.get("steps"),
@@ -315,16 +338,21 @@ def _print_calibration(calib: dict, label: str) -> None:
         f"fitted {', '.join(calib['calib_fitted'])}; host load {calib['calib_loadavg']}):"
     )
     print(
-        f"{'':>9} {'level':>6} {'TTFT ms':>8} {'pred':>7} {'err':>7} {'TPOT ms':>8} {'pred':>7} {'err':>7} "
-        f"{'steps':>6} {'pred':>6}"
+        f"{'':>9} {'level':>12} {'TTFT ms':>8} {'pred':>7} {'err':>7} {'TPOT ms':>8} {'pred':>7} {'err':>7} "
+        f"{'steps':>6} {'pred':>6} {'engine TTFT':>11} {'pred':>7}"
     )
     for kind, rows in (("fit", calib["calib_fit_errors"]), ("held-out", calib["calib_held_out"])):
         for r in rows:
             steps = f"{r['steps']:>6.0f}" if r.get("steps") is not None else f"{'-':>6}"
+            engine = (
+                f"{r['engine_ttft_ms']:>11.1f} {r['engine_ttft_pred_ms']:>7.1f}"
+                if r.get("engine_ttft_ms") and r.get("engine_ttft_pred_ms")
+                else f"{'-':>11} {'-':>7}"
+            )
             print(
-                f"{kind:>9} {r['level']:>6} {r['ttft_ms']:>8.1f} {r['ttft_pred_ms']:>7.1f} "
+                f"{kind:>9} {r['level']:>12} {r['ttft_ms']:>8.1f} {r['ttft_pred_ms']:>7.1f} "
                 f"{r['ttft_err_pct']:>+6.1f}% {r['tpot_ms']:>8.2f} {r['tpot_pred_ms']:>7.2f} {r['tpot_err_pct']:>+6.1f}% "
-                f"{steps} {r.get('steps_pred') or 0:>6}"
+                f"{steps} {r.get('steps_pred') or 0:>6} {engine}"
             )
     params = {k: f"{v:.3g}" for k, v in calib["calib_params"].items()}
     print(f"  params {params}")
@@ -358,6 +386,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="efficiencies to fit, comma-separated (default: engines.calibrate.CPU_FIT on CPU, else DEFAULT_FIT): "
         "how a candidate parameter is tried against the held-out levels before it joins CPU_FIT",
+    )
+    p.add_argument(
+        "--engine-ttft-weight",
+        type=float,
+        default=ENGINE_TTFT_WEIGHT,
+        help="weight of vLLM's own queue + prefill time in the fit where points carry it "
+        "(engines.calibrate; 0 leaves it out, as before it was added)",
     )
     p.add_argument(
         "--pool",
@@ -407,13 +442,13 @@ def main(argv: list[str] | None = None) -> int:
     if paths:
         fit_levels = parse_fit_levels(a.calibration_fit) if a.calibration_fit else None
         fit_params = tuple(x.strip() for x in a.fit_params.split(",") if x.strip()) if a.fit_params else None
-        calib = calibration_figures(paths[0], fit_levels, fit_params)
+        calib = calibration_figures(paths[0], fit_levels, fit_params, a.engine_ttft_weight)
         out.update(calib)
         _print_calibration(calib, str(paths[0]))
         if len(paths) > 1:
             runs = [{"file": str(paths[0]), **calib}]
             for path in paths[1:]:
-                other = calibration_figures(path, fit_levels, fit_params)
+                other = calibration_figures(path, fit_levels, fit_params, a.engine_ttft_weight)
                 _print_calibration(other, str(path))
                 runs.append({"file": str(path), **other})
             out["calib_runs"] = [
@@ -435,7 +470,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"calib_tpot_err_pct = {med['calib_tpot_err_pct']:.1f}"
             )
             if a.pool:
-                pooled = calibration_figures(pooled_points(paths), fit_levels, fit_params)
+                pooled = calibration_figures(
+                    pooled_points(paths), fit_levels, fit_params, a.engine_ttft_weight
+                )
                 _print_calibration(pooled, f"pooled: the mean of {len(paths)} runs per level")
                 out["calib_per_run"] = {k: out[k] for k in calib}
                 out.update(pooled)  # the headline figures are now the pooled fit's

@@ -1,4 +1,4 @@
-"""Read-only admin (see governor.admin_views): changes go through the billing services."""
+"""Read-only admin (see core.admin_views): changes go through the billing services."""
 
 from django.contrib import admin
 
@@ -18,7 +18,7 @@ from billing.models import (
     UsageRollup,
     WebhookDelivery,
 )
-from governor.admin_views import ReadOnlyAdmin, ReadOnlyInline
+from core.admin_views import ReadOnlyAdmin, ReadOnlyInline
 
 
 class MembershipInline(ReadOnlyInline):

@@ -1,9 +1,9 @@
-"""Read-only admin (see governor.admin_views): changes go through this app's services."""
+"""Read-only admin (see core.admin_views): changes go through this app's services."""
 
 from django.contrib import admin
 
 from catalog.models import GpuCostVersion, GpuType, Model, ModelVersion
-from governor.admin_views import ReadOnlyAdmin
+from core.admin_views import ReadOnlyAdmin
 
 
 @admin.register(GpuType)

@@ -6,8 +6,8 @@ from django import forms
 
 from catalog.constants import Framework, KvCacheDtype, Lifecycle, Precision
 from catalog.models import GpuType, Model, ModelVersion
-from governor.forms import BootstrapMixin
-from governor.text import REASON_MAX_CHARS
+from core.forms import BootstrapMixin
+from core.text import REASON_MAX_CHARS
 
 
 class GpuTypeForm(BootstrapMixin, forms.ModelForm):

@@ -136,7 +136,7 @@ class Model(models.Model):
     vocab_size = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     max_context = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     # The gateway holds budget for this many prompt tokens per image before it knows which encoder
-    # resolution the engine picks; unknown (blank) holds gateway.validation.DEFAULT_TOKENS_PER_IMAGE.
+    # resolution the engine picks; unknown (blank) holds snapshot.contract.DEFAULT_TOKENS_PER_IMAGE.
     max_tokens_per_image = models.PositiveIntegerField(
         "max tokens per image",
         null=True,

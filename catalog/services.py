@@ -17,10 +17,10 @@ from catalog.constants import (
 )
 from catalog.models import GpuCostVersion, GpuType, Model, ModelVersion
 from catalog.promotion import version_promotion
+from core.access import is_platform_admin
+from core.text import REASON_MAX_CHARS
 from engines.memory import MemoryEstimate, estimate_memory
 from engines.specs import UnknownKvCacheDtypeError, UnknownPrecisionError
-from governor.access import is_platform_admin
-from governor.text import REASON_MAX_CHARS
 
 HOURS_PER_YEAR = Decimal("8766")  # 365.25 days
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12

@@ -23,7 +23,7 @@ from catalog.forms import (
 )
 from catalog.models import GpuType, Model, ModelVersion
 from catalog.promotion import version_promotion
-from governor.access import PlatformAdminRequiredMixin, PlatformUserRequiredMixin
+from core.access import PlatformAdminRequiredMixin, PlatformUserRequiredMixin
 
 PAGE_SIZE = 25
 

@@ -1,7 +1,8 @@
-"""Read-only admin (see governor.admin_views): changes go through this app's services."""
+"""Read-only admin (see core.admin_views): changes go through this app's services."""
 
 from django.contrib import admin
 
+from core.admin_views import ReadOnlyAdmin, ReadOnlyInline
 from deployments.models import (
     AnalysisRun,
     Deployment,
@@ -11,7 +12,6 @@ from deployments.models import (
     Rollout,
     RouteTarget,
 )
-from governor.admin_views import ReadOnlyAdmin, ReadOnlyInline
 
 
 @admin.register(Deployment)

@@ -6,10 +6,10 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from catalog.selectors import gpu_type_list, model_version_list
+from core.forms import BootstrapMixin
 from deployments.constants import ScalingMode, Status, Task
 from deployments.models import Deployment, ModelRoute, RouteTarget
 from deployments.services import CREATE_FIELDS, Preflight, deployment_preflight
-from governor.forms import BootstrapMixin
 
 
 class DeploymentForm(BootstrapMixin, forms.ModelForm):

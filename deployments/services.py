@@ -24,7 +24,7 @@ from deployments.constants import DesiredState, EngineKind, EventKind, ScalingMo
 from deployments.models import Deployment, DeploymentEvent, ModelRoute, RouteTarget
 from deployments.selectors import routing_table
 from engines.memory import GIB, MIN_KV_RESERVE_TOKENS, MemoryEstimate
-from gateway.publish import publish_section
+from snapshot.publish import publish_section
 
 log = logging.getLogger(__name__)
 

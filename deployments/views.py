@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.views import View
 from django_htmx.http import HttpResponseClientRedirect
 
+from core.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 from deployments import selectors, services
 from deployments.compiler import compile_application
 from deployments.forms import (
@@ -28,7 +29,6 @@ from deployments.forms import (
 from deployments.models import Deployment, ModelRoute, RouteTarget
 from deployments.reconciler import serve_config_preview
 from deployments.rollouts.selectors import rollout_list
-from governor.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 
 PAGE_SIZE = 25
 POLL_SECONDS = 2

@@ -10,7 +10,8 @@ Input: a list of measured points for one (model, device, engine config), each a 
 
 For a candidate ``Efficiency`` every point is replayed in the virtual-time simulator (same lengths,
 same arrival process, ``num_requests`` requests, default 48) and the objective is the sum over points
-of squared log-ratios ``ln(pred/measured)`` of TTFT, TPOT and (weight 0.5) throughput. The search:
+of squared log-ratios ``ln(pred/measured)`` of TTFT, TPOT and (weight 0.5) throughput, plus the
+engine's own share of TTFT where the point carries it (below). The search:
 a coarse log-spaced grid over the fitted parameters (default mfu, mbu, step_overhead_s), then
 Nelder-Mead in log space from the best grid point (restarted once).
 
@@ -18,6 +19,16 @@ Which parameters the points pin down: TTFT at concurrency 1 is ``request_overhea
 step (MFU for long prompts, the step overhead for short ones); TPOT at concurrency 1 is one decode step
 (the step overhead and, for models whose weights take real time to stream, MBU); the growth of TPOT
 with concurrency is ``per_seq_overhead_s`` plus the KV reads. ``CPU_FIT`` is the set for vLLM-CPU.
+
+The engine's share of TTFT. With every fitted level at one prompt length, the client's TTFT cannot
+tell ``request_overhead_s`` (outside the engine) from the prefill's cost per token (MFU): both only
+add. A fit may then put most of TTFT outside the engine, predict prefill far too cheap, and miss
+every longer prompt. Points from ``benchmarks.vllm_cpu_points`` carry vLLM's own histogram means,
+``server_queue_mean_s`` and ``server_prefill_mean_s`` (engine core: queued to scheduled, scheduled to
+first token); their sum is the engine's TTFT, which the simulator predicts as the mean time from a
+request reaching the engine to its first token. Where a point has both, ``ln(pred/measured)`` of that
+mean joins the objective (weight ``ENGINE_TTFT_WEIGHT``), so the split is measured, not guessed, on
+the fitted levels alone (docs/engines.md, "Unseen length shapes").
 
 ``calibrate(points, model, gpu, engine_config) -> CalibrationResult`` with ``params`` (the fitted
 ``Efficiency``), ``fit_errors`` (per-point predicted values and percentage errors) and
@@ -42,6 +53,8 @@ from engines.workload import Workload, fixed, fixed_concurrency, poisson
 
 DEFAULT_NUM_REQUESTS = 48
 THROUGHPUT_WEIGHT = 0.5
+# As much as the client's TTFT: the engine's part of it is measured as directly (module doc).
+ENGINE_TTFT_WEIGHT = 1.0
 _BOUNDS = {
     "mfu": (1e-4, 1.0),
     "mbu": (1e-4, 1.0),
@@ -121,6 +134,7 @@ def simulate_point(
         # draw of the same rate overlaps differently. Rounds are simulated apart and pooled.
         ttft: list[np.ndarray] = []
         tpot: list[np.ndarray] = []
+        engine_ttft: list[np.ndarray] = []
         out_tokens = 0.0
         wall = 0.0
         steps = 0
@@ -130,12 +144,14 @@ def simulate_point(
             res = simulate(wl, cfg, schedule=sched)
             ttft.append(res.ttft_s[~np.isnan(res.ttft_s)])
             tpot.append(res.tpot_s[~np.isnan(res.tpot_s)])
+            engine_ttft.append(res.engine_ttft_s[~np.isnan(res.engine_ttft_s)])
             out_tokens += float(res.generation_tokens)
             wall += float(res.duration_s)
             steps += res.steps
         all_ttft, all_tpot = np.concatenate(ttft), np.concatenate(tpot)
         return {
             "ttft_median_s": float(np.median(all_ttft)) if all_ttft.size else None,
+            "engine_ttft_mean_s": _mean(np.concatenate(engine_ttft)),
             "tpot_median_s": float(np.median(all_tpot)) if all_tpot.size else None,
             "throughput_tok_s": out_tokens / wall if wall else 0.0,
             "steps": steps,  # engine steps over all rounds, as vLLM's iteration histogram counts them
@@ -144,21 +160,33 @@ def simulate_point(
     s = res.summary()
     return {
         "ttft_median_s": s["ttft_s"]["median"],
+        "engine_ttft_mean_s": _mean(res.engine_ttft_s[~np.isnan(res.engine_ttft_s)]),
         "tpot_median_s": s["tpot_s"]["median"],
         "throughput_tok_s": s["output_throughput"],
         "steps": res.steps,
     }
 
 
+def _mean(values: np.ndarray) -> float | None:
+    return float(values.mean()) if values.size else None
+
+
+def measured_engine_ttft(point: dict) -> float | None:
+    """vLLM's own mean queue + prefill time at this point (its histograms), or None without them."""
+    queue, prefill = point.get("server_queue_mean_s"), point.get("server_prefill_mean_s")
+    if queue is None or not prefill:
+        return None
+    return float(queue) + float(prefill)
+
+
 def _errors(point: dict, pred: dict) -> dict:
     row = {"point": point, "predicted": pred}
-    for key, short in (
-        ("ttft_median_s", "ttft"),
-        ("tpot_median_s", "tpot"),
-        ("throughput_tok_s", "throughput"),
+    for measured, p, short in (
+        (point.get("ttft_median_s"), pred.get("ttft_median_s"), "ttft"),
+        (point.get("tpot_median_s"), pred.get("tpot_median_s"), "tpot"),
+        (point.get("throughput_tok_s"), pred.get("throughput_tok_s"), "throughput"),
+        (measured_engine_ttft(point), pred.get("engine_ttft_mean_s"), "engine_ttft"),
     ):
-        measured = point.get(key)
-        p = pred.get(key)
         if measured and p:
             row[f"{short}_err_pct"] = 100.0 * (p - measured) / measured
         else:
@@ -291,12 +319,13 @@ def calibrate(
     fit: tuple[str, ...] = DEFAULT_FIT,
     tolerance: float = 0.01,
     max_evaluations: int | None = None,
+    engine_ttft_weight: float = ENGINE_TTFT_WEIGHT,
 ) -> CalibrationResult:
     """Fit ``fit`` (default mfu, mbu, step_overhead_s) to ``points``; other fields come from ``base``.
 
     Add ``"per_seq_overhead_s"`` to ``fit`` for engines with a large per-sequence CPU cost, and
     ``"request_overhead_s"`` when TTFT is measured through an API server; ``CPU_FIT`` is that set for
-    vLLM-CPU.
+    vLLM-CPU. ``engine_ttft_weight`` 0 leaves the engine's own TTFT out of the objective (module doc).
     """
     if not points:
         raise ValueError("no calibration points")
@@ -345,12 +374,12 @@ def calibrate(
                 tensor_parallel=tensor_parallel,
                 seed=seed,
             )
-            for k, w in (
-                ("ttft_median_s", 1.0),
-                ("tpot_median_s", 1.0),
-                ("throughput_tok_s", THROUGHPUT_WEIGHT),
+            for m, q, w in (
+                (p.get("ttft_median_s"), pred.get("ttft_median_s"), 1.0),
+                (p.get("tpot_median_s"), pred.get("tpot_median_s"), 1.0),
+                (p.get("throughput_tok_s"), pred.get("throughput_tok_s"), THROUGHPUT_WEIGHT),
+                (measured_engine_ttft(p), pred.get("engine_ttft_mean_s"), engine_ttft_weight),
             ):
-                m, q = p.get(k), pred.get(k)
                 if m and q and m > 0 and q > 0:
                     total += w * math.log(q / m) ** 2
         cache[key] = total

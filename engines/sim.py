@@ -73,6 +73,7 @@ class SimResult:
     e2e_s: np.ndarray
     itl_max_s: np.ndarray
     queue_s: np.ndarray
+    engine_ttft_s: np.ndarray  # first token - reaching the engine: vLLM's queue + prefill time
     preemptions: np.ndarray
     prefix_hit_tokens: np.ndarray
     rejected: np.ndarray  # bool: longer than max_model_len
@@ -322,6 +323,7 @@ def simulate(
     e2e = np.full(count, np.nan)
     itl_max = np.full(count, np.nan)
     queue = np.full(count, np.nan)
+    engine_ttft = np.full(count, np.nan)
     pre = np.zeros(count, dtype=np.int64)
     hits = np.zeros(count, dtype=np.int64)
     arr_out = np.zeros(count)
@@ -339,6 +341,7 @@ def simulate(
             tpot[i] = (e2e[i] - ttft[i]) / (r.num_output - 1)
             itl_max[i] = r.itl_max
         queue[i] = r.first_sched - r.arrival
+        engine_ttft[i] = r.first_token - r.arrival
         pre[i] = r.n_preempted
         hits[i] = r.hit_tokens
         out_len[i] = r.num_output
@@ -351,6 +354,7 @@ def simulate(
         e2e_s=e2e,
         itl_max_s=itl_max,
         queue_s=queue,
+        engine_ttft_s=engine_ttft,
         preemptions=pre,
         prefix_hit_tokens=hits,
         rejected=rejected,

@@ -1,7 +1,8 @@
-"""Read-only admin (see governor.admin_views): changes go through this app's services."""
+"""Read-only admin (see core.admin_views): changes go through this app's services."""
 
 from django.contrib import admin
 
+from core.admin_views import ReadOnlyAdmin
 from evaluations.models import (
     BenchmarkRun,
     CapacityPlan,
@@ -14,7 +15,6 @@ from evaluations.models import (
     GateRun,
     SimulatorCalibration,
 )
-from governor.admin_views import ReadOnlyAdmin
 
 
 @admin.register(BenchmarkRun)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 
+from core.jsonschemas import schema_errors
 from engines.workload import ARRIVAL_KINDS, LENGTH_KINDS, SPACINGS
 from evaluations.constants import (
     MAX_CLIENT_PROCESSES,
@@ -28,7 +29,6 @@ from evaluations.constants import (
     MAX_TOKENS_PER_REQUEST,
     MAX_WARMUP_REQUESTS,
 )
-from governor.jsonschemas import schema_errors
 
 MAX_SOAK_SECONDS = 24 * 3600
 

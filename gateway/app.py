@@ -31,7 +31,6 @@ from gateway.pricing import MIN_HOLD_NANOS, price_refusal
 from gateway.redisfast import FastRedis
 from gateway.responses import FINAL_EVENTS, responses_usage, validate_responses
 from gateway.router import Router
-from gateway.snapshot import ALERTS_LIST, KeyInfo, SnapshotHolder, Target, TenantInfo, period_key
 from gateway.spool import SCHEMA_VERSION as SPOOL_SCHEMA_VERSION
 from gateway.spool import Shipper, SpoolWriter
 from gateway.upstream import UpstreamPool
@@ -44,6 +43,7 @@ from gateway.validation import (
     prompt_token_bound,
     validate,
 )
+from snapshot.contract import ALERTS_LIST, KeyInfo, SnapshotHolder, Target, TenantInfo, period_key
 
 log = logging.getLogger("gateway")
 

@@ -1,7 +1,7 @@
 """Gateway settings, read once at start from the environment.
 
 The gateway never imports Django (it must start fast and stay lean per request), so it reads the
-same variables the console does through ``governor.env``'s stdlib-only helpers, and falls back to
+same variables the console does through ``envconf``'s stdlib-only helpers, and falls back to
 the launcher's ``var/governor.env`` for the local embedded Redis/Postgres, as the console does in DEBUG.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from governor.env import env_float, env_int, env_str, load_env_file
+from envconf import env_float, env_int, env_str, load_env_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

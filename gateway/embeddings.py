@@ -8,8 +8,8 @@ worst case, priced at the input rate.
 
 from __future__ import annotations
 
-from gateway.snapshot import Target
 from gateway.validation import BadRequest
+from snapshot.contract import Target
 
 # Per input, what a tokenizer may add around the text (BOS/EOS, a pooling model's instruction).
 SPECIAL_TOKENS_PER_INPUT = 8

@@ -7,7 +7,7 @@ targets whose task serves its endpoint, and answers a clear 404 when none of the
 
 from __future__ import annotations
 
-from gateway.snapshot import Target
+from snapshot.contract import Target
 
 PATHS = {
     "chat": "/v1/chat/completions",

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.redisfast import FastRedis
+from snapshot.contract import budget_hash_key
 
 # Reasons, in the order the ADMIT script checks them; the index is what the script returns.
 REASONS = ("ok", "key_requests", "key_tokens", "tenant_requests", "tenant_tokens", "budget_exceeded")
@@ -162,12 +163,6 @@ end
 if redis.call('HLEN', KEYS[2]) == 0 then redis.call('SREM', KEYS[3], ARGV[1]) end
 return n
 """
-
-
-def budget_hash_key(prefix: str, tenant_id: int, period_key: str) -> str:
-    """The Redis hash of a tenant's period: ``spent`` and ``held`` (nano-dollars) and ``refused_at``
-    (epoch second of the first refusal at the hard cap). The console reads it to agree with the gateway."""
-    return f"{prefix}budget:{tenant_id}:{period_key}"
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ nothing such traffic could overrun and is served as before.
 
 from __future__ import annotations
 
-from gateway.snapshot import Price, Route, TenantInfo
+from snapshot.contract import Price, Route, TenantInfo
 
 # A request that costs nothing still holds this much against a hard cap, so that a spent budget
 # refuses it too: the admission script admits a zero hold at exactly the cap.

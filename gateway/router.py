@@ -17,7 +17,7 @@ import math
 import random
 import time
 
-from gateway.snapshot import Route, Target
+from snapshot.contract import Route, Target
 
 LONG_POOL = "long-context"
 

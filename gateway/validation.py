@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import orjson
 
+from snapshot.contract import DEFAULT_TOKENS_PER_IMAGE
+
 
 class BadRequest(Exception):
     """A client error to answer in OpenAI's shape."""
@@ -58,12 +60,6 @@ TEMPLATE_PER_MESSAGE = 16
 TEMPLATE_PER_TOOL = 32
 TEMPLATE_FIXED = 64
 TEMPLATE_TOOLS_PREAMBLE = 256
-# An image or audio part's tokens depend on the model's encoder, not on its bytes: the catalog gives a
-# bound per model (``Model.max_tokens_per_image``, carried in each route); a route that does not say
-# holds this many. 16,384 is the most a common open vision encoder counts for one image (Qwen2-VL's
-# default ``max_pixels`` of 12,845,056 at 28x28 pixels per merged token); a lower default would let
-# an image-heavy request spend past the hard cap, a higher one only refuses earlier near it.
-DEFAULT_TOKENS_PER_IMAGE = 16_384
 
 # The fields that bound how many tokens one choice may generate, per endpoint, in the order the engine
 # honours them: vLLM's chat endpoint takes ``max_completion_tokens`` when it is set, else

@@ -12,6 +12,6 @@ class GovernorConfig(AppConfig):
         # that loads Django, so tasks sent from the console or a command reach Redis. This lives here
         # rather than in governor/__init__.py, which must stay stdlib-only for the bootstrap.
         import workers  # noqa: F401
-        from governor.db import register_utc_dumpers
+        from core.db import register_utc_dumpers
 
         register_utc_dumpers()

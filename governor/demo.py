@@ -31,9 +31,9 @@ from catalog.services import (
     model_version_create,
     model_version_transition,
 )
+from core.access import AUDITOR_GROUP
 from deployments import demo as deployments_demo
 from evaluations import demo as evaluations_demo
-from governor.access import AUDITOR_GROUP
 from governor.models import DemoSeedRecord
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Django settings, read from the environment through ``governor.env``'s typed helpers.
+"""Django settings, read from the environment through ``envconf``'s typed helpers.
 
 Outside DEBUG, ``SECRET_KEY``, ``DATABASE_URL`` and ``REDIS_URL`` are required. In DEBUG, values
 missing from the environment are taken from ``var/governor.env``, which the launcher
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from csp.constants import NONE, SELF
 
-from governor.env import (
+from envconf import (
     ConfigError,
     database_from_url,
     env_bool,
@@ -65,8 +65,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
-    "governor.middleware.RejectNulBytesMiddleware",
-    "governor.middleware.NeutraliseBidiControlsMiddleware",
+    "core.middleware.RejectNulBytesMiddleware",
+    "core.middleware.NeutraliseBidiControlsMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -92,7 +92,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "governor.context_processors.roles",
+                "core.context_processors.roles",
             ],
         },
     }
@@ -139,7 +139,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.BasicAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["governor.access.IsPlatformUser"],
+    "DEFAULT_PERMISSION_CLASSES": ["core.access.IsPlatformUser"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
@@ -147,14 +147,14 @@ REST_FRAMEWORK = {
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "governor.api.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Governor API",
     "DESCRIPTION": "Catalog, tenants, deployments, benchmarks and billing of a Governor installation.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["governor.access.IsPlatformUser"],
+    "SERVE_PERMISSIONS": ["core.access.IsPlatformUser"],
     # The docs pages load Swagger UI and Redoc from this installation's static files, never a CDN,
     # so they work offline and under the CSP below.
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -205,7 +205,7 @@ AUDIT_OPERATIONAL_COLUMNS = {
         "finished_at", "task_id",
     ],
 }  # fmt: skip
-AUDIT_READER_CHECK = "governor.access.reads_everything"
+AUDIT_READER_CHECK = "core.access.reads_everything"
 # A periodic check (drift, chain) whose latest result is older than this shows as stale, not green.
 AUDIT_CHECK_STALE_S = env_float("AUDIT_CHECK_STALE_S", 3600.0)
 # An unchanged passing result (the seal's, after every batch) is rewritten at most this often.
@@ -282,7 +282,7 @@ BENCHMARK_API_KEY = env_str("BENCHMARK_API_KEY", "")
 GOVERNOR_PROMOTION_RULE = "evaluations.selectors.gates.version_promotion"
 
 # Outbound calls to URLs users set (tenant webhooks) never reach loopback, private, link-local or
-# metadata addresses (governor.outbound, ADR 0016), except the destinations listed here by the
+# metadata addresses (core.outbound, ADR 0016), except the destinations listed here by the
 # platform admin: host names, host:port, addresses or CIDR networks, comma-separated.
 OUTBOUND_ALLOWED_DESTINATIONS = env_list("OUTBOUND_ALLOWED_DESTINATIONS", [])
 

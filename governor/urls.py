@@ -5,8 +5,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+from core.api import RedocView, SwaggerView
 from governor import views
-from governor.api import RedocView, SwaggerView
 
 urlpatterns = [
     path("", views.HomeView.as_view(), name="home"),

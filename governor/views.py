@@ -11,7 +11,7 @@ from django.shortcuts import render
 from django.views import View
 
 from catalog.selectors import catalog_counts
-from governor.access import PlatformUserRequiredMixin, reads_everything, tenant_ids
+from core.access import PlatformUserRequiredMixin, reads_everything, tenant_ids
 
 
 class HomeView(PlatformUserRequiredMixin, View):

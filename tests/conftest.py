@@ -1,6 +1,6 @@
 """Shared fixtures: one user per role, logged-in clients, and real worker processes.
 
-Roles (see governor.access): ``admin_user`` (platform admin), ``auditor_user``, ``member_user``
+Roles (see core.access): ``admin_user`` (platform admin), ``auditor_user``, ``member_user``
 (member of ``tenant``), ``tenant_admin_user`` (admin of ``tenant``) and ``outsider_user`` (member of
 ``other_tenant`` only). ``norole_user`` is signed in but holds no role at all.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import Group
 
-from governor.access import AUDITOR_GROUP
+from core.access import AUDITOR_GROUP
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
 from tests.support.browser import browser, page  # noqa: F401  (fixtures for every app's browser tests)
 

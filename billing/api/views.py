@@ -39,7 +39,7 @@ from billing.services.budgets import budget_delete, budget_set
 from billing.services.keys import api_key_create, api_key_revoke, tenant_limits_set
 from billing.services.prices import price_set
 from billing.services.tenancy import membership_remove, membership_set, tenant_create, tenant_update
-from governor.access import (
+from core.access import (
     IsPlatformUser,
     PlatformAdminOrReadOnly,
     can_manage_tenant_keys,
@@ -50,7 +50,7 @@ from governor.access import (
     refuse_write,
     tenant_ids,
 )
-from governor.api import ServiceModelViewSet
+from core.api import ServiceModelViewSet
 
 
 class TenantViewSet(ServiceModelViewSet):

@@ -24,8 +24,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from gateway.limits import budget_hash_key
-from gateway.snapshot import period_key
+from snapshot.contract import budget_hash_key, period_key
 
 log = logging.getLogger(__name__)
 

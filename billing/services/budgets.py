@@ -20,9 +20,8 @@ from billing.models import (
 from billing.selectors.spend import PeriodSpend, period_bounds, period_spend
 from billing.services.gateway_config import gateway_prefix, gateway_redis, tenancy_section_publish_on_commit
 from billing.services.notifications import budget_notification_create
-from gateway.limits import budget_hash_key
-from gateway.snapshot import ALERTS_LIST
-from governor.text import REASON_MAX_CHARS
+from core.text import REASON_MAX_CHARS
+from snapshot.contract import ALERTS_LIST, budget_hash_key
 
 log = logging.getLogger(__name__)
 

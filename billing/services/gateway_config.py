@@ -16,7 +16,7 @@ from billing.models import (
 )
 from billing.selectors.prices import prices_in_force
 from billing.selectors.spend import period_spend
-from gateway.publish import publish_section
+from snapshot.publish import publish_section
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def gateway_prefix() -> str:
 def tenancy_section_build(*, at: dt.datetime | None = None) -> dict:
     """The ``tenancy`` section of the gateway snapshot: keys, tenants (limits, budgets) and prices.
 
-    See ``gateway.snapshot`` for the contract. Budget spend is read from Postgres here so that
+    See ``snapshot.contract`` for the contract. Budget spend is read from Postgres here so that
     gateways can rebuild Redis counters that were lost.
     """
     at = at or timezone.now()

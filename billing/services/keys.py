@@ -18,7 +18,7 @@ from billing.models import (
     TenantLimits,
 )
 from billing.services.gateway_config import tenancy_section_publish_on_commit
-from governor.text import bidi_error
+from core.text import bidi_error
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from billing.models import BudgetAlert, Membership, Notification, Tenant, TenantWebhook, WebhookDelivery
 from billing.models.money import NANOS_PER_USD
-from governor.outbound import OutboundRefused, outbound_request, url_check
+from core.outbound import OutboundRefused, outbound_request, url_check
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from billing.models import (
     Tenant,
 )
 from billing.services.gateway_config import tenancy_section_publish_on_commit
-from governor.text import bidi_error
+from core.text import bidi_error
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def membership_remove(*, membership: Membership, actor) -> None:
     membership.delete()
 
 
-# --- the REST API's create/update/delete (governor.api.ServiceModelViewSet) ----------------------
+# --- the REST API's create/update/delete (core.api.ServiceModelViewSet) ----------------------
 
 
 @transaction.atomic

@@ -17,7 +17,7 @@ from billing.selectors.tenancy import (
 )
 from billing.services.budgets import budget_set
 from billing.services.keys import tenant_limits_set
-from governor.access import (
+from core.access import (
     PlatformAdminRequiredMixin,
     PlatformUserRequiredMixin,
     reads_everything,

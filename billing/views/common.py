@@ -5,7 +5,7 @@ from __future__ import annotations
 from billing.selectors.tenancy import (
     tenants_managed_by,
 )
-from governor.access import (
+from core.access import (
     is_platform_admin,
 )
 

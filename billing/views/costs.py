@@ -21,7 +21,7 @@ from billing.selectors.costs import (
     latency_percentiles,
     rollup_freshness,
 )
-from governor.access import PlatformUserRequiredMixin, can_read_tenant
+from core.access import PlatformUserRequiredMixin, can_read_tenant
 
 DEFAULT_DAYS = 30
 

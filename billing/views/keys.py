@@ -17,7 +17,7 @@ from billing.models import ApiKey
 from billing.selectors.keys import api_keys_visible_to
 from billing.services.keys import api_key_create, api_key_revoke
 from billing.views.common import PAGE_SIZE, managed_tenants, query_without_page
-from governor.access import (
+from core.access import (
     PlatformUserRequiredMixin,
     can_manage_tenant_keys,
     can_read_tenant,

@@ -14,7 +14,7 @@ from billing.models import Tenant
 from billing.selectors.notifications import notification_tenant_id, notifications_visible_to, unread_count
 from billing.services.notifications import notification_mark_read, tenant_webhook_set
 from billing.views.common import PAGE_SIZE, managed_tenants
-from governor.access import (
+from core.access import (
     PlatformUserRequiredMixin,
     can_manage_tenant_keys,
     can_read_tenant,

@@ -14,7 +14,7 @@ from billing.forms import PriceForm, RepriceForm
 from billing.selectors.prices import price_get, price_list, prices_in_force, reprice_list
 from billing.services.prices import price_set, reprice_record
 from billing.views.common import PAGE_SIZE
-from governor.access import (
+from core.access import (
     PlatformAdminRequiredMixin,
     PlatformUserRequiredMixin,
     is_platform_admin,

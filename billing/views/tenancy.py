@@ -21,7 +21,7 @@ from billing.services.tenancy import (
     tenant_update,
     user_by_username,
 )
-from governor.access import (
+from core.access import (
     PlatformAdminRequiredMixin,
     PlatformUserRequiredMixin,
     can_read_tenant,

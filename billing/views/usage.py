@@ -16,7 +16,7 @@ from billing.selectors.tenancy import (
 )
 from billing.selectors.usage import usage_events, usage_totals
 from billing.views.common import PAGE_SIZE, query_without_page
-from governor.access import (
+from core.access import (
     PlatformUserRequiredMixin,
     reads_everything,
     tenant_ids,

@@ -2,7 +2,7 @@ from rest_framework import serializers
 
 from catalog.constants import KvCacheDtype, Precision
 from catalog.models import GpuType, Model, ModelVersion
-from governor.text import REASON_MAX_CHARS
+from core.text import REASON_MAX_CHARS
 
 
 class _CleanedModelSerializer(serializers.ModelSerializer):

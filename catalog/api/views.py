@@ -14,8 +14,8 @@ from catalog.api.serializers import (
     ModelVersionSerializer,
 )
 from catalog.models import GpuType, Model, ModelVersion
-from governor.access import PlatformAdminOrReadOnly
-from governor.api import ServiceModelViewSet
+from core.access import PlatformAdminOrReadOnly
+from core.api import ServiceModelViewSet
 
 
 class GpuTypeViewSet(ServiceModelViewSet):

@@ -9,6 +9,8 @@ from rest_framework.decorators import action, api_view, permission_classes
 from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
 
+from core.access import ReadsEverythingOrAdmin
+from core.jsonschemas import openapi_30
 from deployments.api.views import _drf_error
 from deployments.models import AnalysisRun, Deployment, ModelRoute, Rollout
 from deployments.rollouts import selectors, services
@@ -16,8 +18,6 @@ from deployments.rollouts.plan import TEMPLATES
 from deployments.rollouts.schemas import CHECKS as CHECKS_SCHEMA
 from deployments.rollouts.schemas import STEPS as STEPS_SCHEMA
 from deployments.services import deployment_faults_set
-from governor.access import ReadsEverythingOrAdmin
-from governor.jsonschemas import openapi_30
 
 
 class AnalysisRunSerializer(serializers.ModelSerializer):

@@ -8,6 +8,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action, api_view, permission_classes
 from rest_framework.response import Response
 
+from core.access import ReadsEverythingOrAdmin
 from deployments import selectors, services
 from deployments.api.serializers import (
     DeploymentEventSerializer,
@@ -20,7 +21,6 @@ from deployments.api.serializers import (
 )
 from deployments.models import Deployment, ModelRoute, ReconcileRun, RouteTarget
 from deployments.reconciler import serve_config_preview
-from governor.access import ReadsEverythingOrAdmin
 
 
 def _drf_error(exc: DjangoValidationError) -> serializers.ValidationError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.jsonschemas import schema_errors
 from deployments.rollouts.schemas import (  # noqa: F401  (re-exported: the plan's vocabulary)
     ANALYSIS,
     MAX_PAUSE_S,
@@ -23,7 +24,6 @@ from deployments.rollouts.schemas import (  # noqa: F401  (re-exported: the plan
     STEP_KINDS,
 )
 from deployments.rollouts.schemas import PLAN as PLAN_SCHEMA
-from governor.jsonschemas import schema_errors
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
+from core.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 from deployments.models import Deployment, ModelRoute, Rollout, RouteTarget
 from deployments.rollouts import selectors, services
 from deployments.rollouts.forms import FaultsForm, RolloutActionForm, RolloutCreateForm, RolloutFilterForm
 from deployments.services import deployment_faults_set
-from governor.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 
 PAGE_SIZE = 25
 POLL_SECONDS = 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from catalog.selectors import gpu_type_list, model_version_list
-from governor.forms import BootstrapMixin
+from core.forms import BootstrapMixin
 
 TP_CHOICES = [("1", "TP=1"), ("2", "TP=2"), ("4", "TP=4"), ("8", "TP=8")]
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from billing.selectors.costs import billed_by_deployment_day
 from catalog.selectors import gpu_cost_in_force
 from catalog.services import gpu_hourly_cost
-from deployments.selectors import deployment_gpu_spans
+from deployments.selectors.gpu_hours import deployment_gpu_spans
 
 if TYPE_CHECKING:
     from deployments.models import Deployment

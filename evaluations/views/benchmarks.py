@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseClientRefresh
 
+from core.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 from evaluations.forms.benchmarks import FIELD_GROUPS, BenchmarkRunForm, CompareForm, RunFilterForm
 from evaluations.models import BenchmarkRun
 from evaluations.reports import chart_data, results_csv
@@ -23,7 +24,6 @@ from evaluations.services.benchmarks import (
     benchmark_run_create,
     benchmark_run_cross_check_request,
 )
-from governor.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 
 PAGE_SIZE = 25
 

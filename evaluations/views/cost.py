@@ -10,17 +10,17 @@ from django.urls import reverse
 from django.views import View
 from django_htmx.http import HttpResponseClientRefresh
 
-from evaluations.forms.cost import CapacityPlanForm
-from evaluations.selectors.planner import capacity_plan_get, capacity_plan_list
-from evaluations.services.planner import capacity_plan_create
-from evaluations.services.pricing import derived_price_publish, price_derivation, price_derivations
-from governor.access import (
+from core.access import (
     PlatformAdminRequiredMixin,
     PlatformUserRequiredMixin,
     ReadsEverythingRequiredMixin,
     is_platform_admin,
     reads_everything,
 )
+from evaluations.forms.cost import CapacityPlanForm
+from evaluations.selectors.planner import capacity_plan_get, capacity_plan_list
+from evaluations.services.planner import capacity_plan_create
+from evaluations.services.pricing import derived_price_publish, price_derivation, price_derivations
 
 
 class DerivedPriceListView(ReadsEverythingRequiredMixin, View):

@@ -17,12 +17,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django_htmx.http import HttpResponseClientRefresh
 
+from core.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 from evaluations.forms.evals import CaseFilterForm, EvalRunForm, SuiteUploadForm
 from evaluations.models import EvalRun, EvalSuite
 from evaluations.selectors import evals as selectors
 from evaluations.services import evals as services
 from evaluations.views.common import PAGE_SIZE, query_without_page
-from governor.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 
 
 class SuiteListView(ReadsEverythingRequiredMixin, View):

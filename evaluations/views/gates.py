@@ -22,13 +22,13 @@ from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseClientRefresh
 
 from catalog.selectors import model_all, model_version_queryset
+from core.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 from evaluations.constants import GateKind
 from evaluations.forms.gates import DecisionFilterForm, GatePolicyForm, GateRunForm
 from evaluations.models import GateDecision
 from evaluations.selectors import gates as selectors
 from evaluations.services import gates as services
 from evaluations.views.common import PAGE_SIZE, query_without_page
-from governor.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 
 if TYPE_CHECKING:
     from catalog.models import ModelVersion

@@ -9,9 +9,9 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views import View
 
+from core.access import ReadsEverythingRequiredMixin
 from evaluations.forms.cost import CostRangeForm
 from evaluations.selectors.gpu_costs import gpu_cost_summary
-from governor.access import ReadsEverythingRequiredMixin
 
 
 def _utc(d: dt.date) -> dt.datetime:

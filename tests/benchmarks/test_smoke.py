@@ -28,6 +28,8 @@ BENCHMARKS = {
             "calib_tpot_err_pct",
             "calib_device",
             "calib_range",
+            "calib_shape_ttft_err_pct",
+            "calib_shape_tpot_err_pct",
         ),
         (),
         [],

@@ -19,7 +19,7 @@ from billing.selectors.costs import budget_burndown
 from billing.selectors.spend import period_bounds, period_spend, settled_spend_nanos
 from billing.services.budgets import budget_alerts_record, budget_set
 from billing.services.rollups import usage_rollup_batch, usage_rollup_run
-from gateway.limits import budget_hash_key
+from snapshot.contract import budget_hash_key
 from tests.billing.test_rollups import make_event
 
 pytestmark = pytest.mark.django_db(transaction=False)

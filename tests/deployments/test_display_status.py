@@ -60,7 +60,7 @@ def _published_status(prefix: str, slug: str) -> str:
     import redis
     from django.conf import settings
 
-    from gateway.publish import section_key
+    from snapshot.publish import section_key
 
     client = redis.Redis.from_url(settings.REDIS_URL)
     try:

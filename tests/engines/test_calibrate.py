@@ -157,3 +157,38 @@ def test_a_closed_loop_that_started_together_is_simulated_that_way():
     together = simulate_point({**load, "clients_start": "together"}, **kw)["ttft_median_s"]
     assert together > 3 * single  # the eight prompts keep sharing their prefill steps
     assert staggered < 2 * single
+
+
+def test_the_engines_own_ttft_splits_prefill_from_the_request_overhead_at_one_prompt_length():
+    """Every fitted level at one prompt length: the client's TTFT alone cannot tell the API server's
+    latency from the prefill's cost per token. vLLM's own queue + prefill means (``server_*_mean_s``)
+    can, and a prompt four times longer, never fitted on, is predicted from them."""
+    from engines.calibrate import CPU_FIT, measured_engine_ttft
+    from engines.specs import ModelSpec
+
+    tiny = ModelSpec(
+        name="tiny", params=4.5e6, layers=4, hidden_size=256, attention_heads=4, kv_heads=2, head_dim=64,
+        vocab_size=3072, max_context=2048,
+    )  # fmt: skip
+    cpu = gpu_preset("CPU")
+    engine = EngineConfig(kv_cache_gib=1, max_model_len=1024, max_num_seqs=16, block_size=128)
+    # A slow prefill per token and a large API-server latency, as on a busy 2-core host.
+    true = Efficiency(mfu=0.05, mbu=0.5, step_overhead_s=0.004, per_seq_overhead_s=0.0002,
+                      request_overhead_s=0.030)  # fmt: skip
+
+    def point(load: dict) -> dict:
+        load = {"input_len": 128, "output_len": 64, "num_requests": 24, "clients_start": "together", **load}
+        measured = simulate_point(load, model=tiny, gpu=cpu, engine_config=engine, efficiency=true)
+        # What vLLM's histograms report: the engine's TTFT (queue + prefill), here all of it as prefill.
+        return {**load, **measured, "server_queue_mean_s": 0.0,
+                "server_prefill_mean_s": measured["engine_ttft_mean_s"]}  # fmt: skip
+
+    # One stream, and two clients that keep apart (staggered): no step ever prefills two prompts.
+    fit_points = [point({"concurrency": 1}), point({"concurrency": 2, "clients_start": "staggered"})]
+    assert measured_engine_ttft(fit_points[0]) == pytest.approx(fit_points[0]["engine_ttft_mean_s"])
+    result = calibrate(fit_points, tiny, cpu, engine, fit=CPU_FIT)
+    assert result.params.mfu == pytest.approx(0.05, rel=0.1)
+    assert result.params.request_overhead_s == pytest.approx(0.030, rel=0.1)
+    (row,) = result.predict([point({"concurrency": 4, "input_len": 512, "output_len": 32})])
+    assert abs(row["ttft_err_pct"]) < 5 and abs(row["tpot_err_pct"]) < 5
+    assert abs(row["engine_ttft_err_pct"]) < 5

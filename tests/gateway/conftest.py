@@ -272,7 +272,7 @@ def publish(gateway_url: str, routes: dict) -> int:
     """Publish both snapshot sections (tenancy from the billing service, these hand-made routes)
     and wait until the gateway serves them."""
     from billing.services.gateway_config import gateway_prefix, gateway_redis, tenancy_section_publish
-    from gateway.publish import publish_section
+    from snapshot.publish import publish_section
 
     tenancy_section_publish()
     client = gateway_redis()

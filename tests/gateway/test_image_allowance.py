@@ -9,8 +9,7 @@ import orjson
 import pytest
 
 from deployments.selectors import routing_table
-from gateway.snapshot import parse_snapshot
-from gateway.validation import DEFAULT_TOKENS_PER_IMAGE
+from snapshot.contract import DEFAULT_TOKENS_PER_IMAGE, parse_snapshot
 from tests.deployments.factories import DeploymentFactory, RouteTargetFactory
 from tests.factories import ModelFactory, ModelVersionFactory
 

@@ -18,7 +18,7 @@ import redis
 
 from deployments.models import Rollout
 from deployments.rollouts.services import rollout_create
-from gateway.publish import VERSION_KEY, section_key
+from snapshot.publish import VERSION_KEY, section_key
 from tests.gateway.conftest import PREFIX, REDIS_URL
 from tests.gateway.rollout_stack import (
     Load,

@@ -18,7 +18,7 @@ from billing.services.budgets import budget_set
 from billing.services.gateway_config import tenancy_section_build, tenancy_section_publish
 from billing.services.keys import api_key_create
 from billing.services.prices import price_set
-from gateway.publish import VERSION_KEY, section_key
+from snapshot.publish import VERSION_KEY, section_key
 from tests.gateway.conftest import (
     PREFIX,
     REDIS_URL,

@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from gateway.router import Router
-from gateway.snapshot import Route, Target, period_key
 from gateway.validation import BadRequest, estimate_prompt_tokens, validate
+from snapshot.contract import Route, Target, period_key
 
 
 def _t(dep: int, weight: float = 1.0, pool: str = "online", status: str = "RUNNING") -> Target:

@@ -61,7 +61,7 @@ def _keep_test_connection():
 def fuzz_users(db, _keep_test_connection):
     from django.contrib.auth.models import Group
 
-    from governor.access import AUDITOR_GROUP
+    from core.access import AUDITOR_GROUP
 
     acme = TenantFactory(name="Acme Search", slug="acme")
     TenantFactory(name="Globex Support", slug="globex")

@@ -51,9 +51,17 @@ def copy_of_the_code(tmp_path_factory) -> Path:
             "from billing.selectors import usage\n",
             "Libraries (engines, loadtest, evalkit, gateway, asgistream)",
         ),
+        ("gateway/_probe.py", "from core.text import REASON_MAX_CHARS\n", "Libraries (engines"),
+        ("snapshot/_probe.py", "import gateway.limits\n", "envconf and snapshot, the leaves"),
+        ("envconf/_probe.py", "import django.conf\n", "envconf and snapshot, the leaves"),
         ("audit/_probe.py", "import catalog.selectors\n", "The audit app is a leaf"),
+        ("audit/_probe.py", "from core.access import is_auditor\n", "The audit app is a leaf"),
         ("catalog/_probe.py", "import deployments.selectors\n", "Apps are layered"),
-        ("evaluations/_probe.py", "from billing.models import Tenant\n", "reaches billing only through"),
+        ("core/_probe.py", "from catalog.selectors import catalog_counts\n", "Apps are layered"),
+        ("billing/_probe.py", "import workers.celery\n", "Apps are layered"),
+        ("deployments/_probe.py", "from governor.demo import GPU_TYPES\n", "Apps are layered"),
+        ("evaluations/_probe.py", "from billing.models import Tenant\n", "imports billing only through"),
+        ("governor/_probe.py", "from catalog.models import Model\n", "imports catalog only through"),
         ("benchmarks/_probe.py", "from tests.support.servers import free_port\n", "never imports the tests"),
     ],
 )
@@ -67,3 +75,56 @@ def test_a_forbidden_import_breaks_its_contract(copy_of_the_code, module, line, 
     assert result.returncode != 0
     broken = result.stdout.split("Broken contracts", 1)[-1]
     assert contract in broken, result.stdout
+
+
+@pytest.mark.parametrize("app", ["catalog", "deployments", "evaluations", "billing", "audit"])
+def test_a_new_module_is_private_to_its_app_until_listed_as_public(copy_of_the_code, app):
+    """Allow-lists, not deny-lists: a module nobody has named yet (here ``<app>/_fresh.py``) may be
+    imported inside its app, but not by another app or by the console on top, until a contract
+    lists it as public."""
+    fresh = copy_of_the_code / app / "_fresh.py"
+    inside = copy_of_the_code / app / "_uses_fresh.py"
+    outside = copy_of_the_code / "governor" / "_probe.py"
+    fresh.write_text("VALUE = 1\n")
+    inside.write_text(f"from {app}._fresh import VALUE\n")
+    try:
+        kept = _lint(copy_of_the_code)
+        outside.write_text(f"from {app}._fresh import VALUE\n")
+        broken = _lint(copy_of_the_code)
+    finally:
+        for probe in (fresh, inside, outside):
+            probe.unlink(missing_ok=True)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert broken.returncode != 0
+    report = broken.stdout.split("Broken contracts", 1)[-1]
+    assert f"imports {app} only through" in report, broken.stdout
+    assert f"governor._probe -> {app}._fresh" in report, broken.stdout
+
+
+def test_a_public_name_at_any_depth_is_public_and_a_listed_module_must_exist(copy_of_the_code):
+    """A concept sub-package's ``services`` is public like the app's own; a public module that is
+    listed but gone breaks the contract instead of leaving a stale allow-list."""
+    package = copy_of_the_code / "billing" / "_concept"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "services.py").write_text("VALUE = 1\n")
+    probe = copy_of_the_code / "evaluations" / "_probe.py"
+    probe.write_text("from billing._concept.services import VALUE\n")
+    pyproject = copy_of_the_code / "pyproject.toml"
+    original = pyproject.read_text()
+    try:
+        assert _lint(copy_of_the_code).returncode == 0
+        listed = 'public_modules = ["catalog.constants", "catalog.promotion"]'
+        assert listed in original
+        pyproject.write_text(
+            original.replace(
+                listed, 'public_modules = ["catalog.constants", "catalog.promotion", "catalog.gone"]'
+            )
+        )
+        stale = _lint(copy_of_the_code)
+    finally:
+        pyproject.write_text(original)
+        probe.unlink()
+        shutil.rmtree(package)
+    assert stale.returncode != 0
+    assert "catalog.gone is listed as public but does not exist" in stale.stdout, stale.stdout

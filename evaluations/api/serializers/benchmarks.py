@@ -6,11 +6,11 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from catalog.selectors import gpu_type_list, model_version_list
+from core.jsonschemas import openapi_30
 from deployments.selectors import deployment_list
 from evaluations.constants import DEFAULT_SLA, DEFAULT_WORKLOAD, Api, RunKind, RunMode, RunStatus, TargetKind
 from evaluations.models import BenchmarkRun
 from evaluations.schemas import SLA, STAGE, WORKLOAD
-from governor.jsonschemas import openapi_30
 
 
 @extend_schema_field(openapi_30(WORKLOAD))

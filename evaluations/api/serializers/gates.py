@@ -5,10 +5,10 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.jsonschemas import openapi_30
 from evaluations.constants import GateKind, GateMode
 from evaluations.models import GateDecision, GateRun
 from evaluations.schemas import GATE_POLICY
-from governor.jsonschemas import openapi_30
 
 
 class GateDecisionSerializer(serializers.ModelSerializer):

@@ -8,6 +8,7 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.access import ReadsEverythingOrAdmin
 from evaluations.api.serializers.benchmarks import (
     BenchmarkRunCreateSerializer,
     BenchmarkRunDetailSerializer,
@@ -18,7 +19,6 @@ from evaluations.api.serializers.benchmarks import (
 from evaluations.models import BenchmarkRun
 from evaluations.selectors import benchmarks as selectors
 from evaluations.services.benchmarks import benchmark_run_cancel, benchmark_run_create
-from governor.access import ReadsEverythingOrAdmin
 
 
 def _run(pk: int) -> BenchmarkRun:

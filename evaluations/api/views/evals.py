@@ -9,10 +9,10 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.access import ReadsEverythingOrAdmin
 from evaluations.api.serializers.evals import EvalRunSerializer, SuiteUploadSerializer, SuiteVersionSerializer
 from evaluations.models import EvalRun, EvalSuiteVersion
 from evaluations.services import evals as services
-from governor.access import ReadsEverythingOrAdmin
 
 
 class SuiteListCreateView(generics.ListAPIView):

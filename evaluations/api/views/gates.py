@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from catalog.selectors import model_version_queryset
+from core.access import ReadsEverythingOrAdmin
 from evaluations.api.serializers.gates import (
     GateDecisionSerializer,
     GateRunSerializer,
@@ -17,7 +18,6 @@ from evaluations.api.serializers.gates import (
 )
 from evaluations.selectors import gates as selectors
 from evaluations.services import gates as services
-from governor.access import ReadsEverythingOrAdmin
 
 
 class DecisionListView(generics.ListAPIView):

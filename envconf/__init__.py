@@ -1,7 +1,8 @@
 """Small typed readers for environment variables that fail loudly on bad values.
 
-This module is imported by ``governor.settings`` and by the stdlib-only launcher, so it must not
-import Django or any third-party package.
+The console's settings (``governor.settings``) and the gateway's (``gateway.config``) both read
+their environment through these helpers, so this package is a leaf below both: it imports only the
+standard library, no Django, no third-party package and nothing of the project (ADR 0026).
 """
 
 from __future__ import annotations

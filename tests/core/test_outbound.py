@@ -1,4 +1,4 @@
-"""The outbound URL guard (governor.outbound), as a tenant admin who sets a webhook URL would attack it:
+"""The outbound URL guard (core.outbound), as a tenant admin who sets a webhook URL would attack it:
 literal internal addresses in every spelling the system resolver accepts, names that resolve to
 loopback, a redirect from an allowed server to an internal one, and DNS answers that change between
 the check and the connection. Real HTTP servers on loopback; the platform admin's allowlist lets
@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from governor.outbound import OutboundPolicy, OutboundRefused, outbound_request, url_check
+from core.outbound import OutboundPolicy, OutboundRefused, outbound_request, url_check
 
 NOTHING_ALLOWED = OutboundPolicy()
 

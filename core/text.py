@@ -4,7 +4,7 @@ Explicit bidi controls (embeddings, overrides, isolates and the direction marks)
 display in another order than it is stored: a tenant named ``"\\u202eAcme"`` renders reversed, and
 one named like another can be made to look like it. Names never need them (right-to-left scripts
 display correctly without them), so input with them is refused and every HTML page strips them
-on the way out, which also covers rows stored before the check (see ``governor.middleware``).
+on the way out, which also covers rows stored before the check (see ``core.middleware``).
 """
 
 from __future__ import annotations

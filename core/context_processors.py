@@ -1,6 +1,6 @@
 """Template context shared by every page: the viewer's roles, for navigation and action buttons."""
 
-from governor.access import is_auditor, is_platform_admin, reads_everything
+from core.access import is_auditor, is_platform_admin, reads_everything
 
 
 def roles(request) -> dict:

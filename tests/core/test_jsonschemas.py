@@ -7,7 +7,7 @@ import math
 import pytest
 from jsonschema import Draft4Validator
 
-from governor.jsonschemas import dotted, openapi_30, schema_errors
+from core.jsonschemas import dotted, openapi_30, schema_errors
 
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -10,7 +10,7 @@ Each section is stored under ``<prefix>snapshot:<section>``; every publish incre
 ``<prefix>snapshot:version`` in the same transaction and announces the new version on the
 ``<prefix>snapshot`` channel. Gateways reload every section when the version moves (pub/sub for
 speed, polling as the fallback) and serve from memory. The contract of each section's content is
-in ``gateway.snapshot``. This module is Django-free: callers pass a Redis client.
+in ``snapshot.contract``. This module is Django-free: callers pass a Redis client.
 """
 
 from __future__ import annotations

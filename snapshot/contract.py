@@ -1,6 +1,6 @@
 """The configuration snapshot: what the console publishes and every gateway serves from memory.
 
-Contract (JSON; ``gateway.publish`` writes it in two sections: ``tenancy`` built by
+Contract (JSON; ``snapshot.publish`` writes it in two sections: ``tenancy`` built by
 ``billing.services.gateway_config`` and ``routes`` built by ``deployments.services``)::
 
     {"version": int, "generated_at": float,
@@ -21,9 +21,15 @@ Contract (JSON; ``gateway.publish`` writes it in two sections: ``tenancy`` built
      "prices": {public_name: {"price_id", "input_nanos", "output_nanos"}}}
 
 Limits of 0 mean "no limit". A target's ``tokens_per_image`` is the catalog's bound for its model;
-a route holds budget for the largest of its targets' (unknown counts as
-``gateway.validation.DEFAULT_TOKENS_PER_IMAGE``), since the hold is taken before a target is picked. ``version`` is the counter ``gateway.publish`` increments on every
-section publish; gateways reload all sections when it moves (pub/sub, and polling as the fallback).
+a route holds budget for the largest of its targets' (unknown counts as ``DEFAULT_TOKENS_PER_IMAGE``),
+since the hold is taken before a target is picked. ``version`` is the counter ``snapshot.publish``
+increments on every section publish; gateways reload all sections when it moves (pub/sub, and
+polling as the fallback).
+
+Beside the snapshot, the console and the gateways share two more Redis names, kept here so that
+neither side imports the other: a tenant's budget hash for a period (``budget_hash_key``, with
+``period_key``) and the list the gateway pushes budget alerts onto (``ALERTS_LIST``). This module
+is Django-free and imports nothing of the project but ``snapshot.publish``.
 """
 
 from __future__ import annotations
@@ -35,10 +41,22 @@ from dataclasses import dataclass
 
 import orjson
 
-from gateway.publish import CHANNEL, SECTIONS, VERSION_KEY, section_key
-from gateway.validation import DEFAULT_TOKENS_PER_IMAGE
+from snapshot.publish import CHANNEL, SECTIONS, VERSION_KEY, section_key
+
+# An image or audio part's tokens depend on the model's encoder, not on its bytes: the catalog gives a
+# bound per model (``Model.max_tokens_per_image``, carried in each route); a route that does not say
+# holds this many. 16,384 is the most a common open vision encoder counts for one image (Qwen2-VL's
+# default ``max_pixels`` of 12,845,056 at 28x28 pixels per merged token); a lower default would let
+# an image-heavy request spend past the hard cap, a higher one only refuses earlier near it.
+DEFAULT_TOKENS_PER_IMAGE = 16_384
 
 ALERTS_LIST = "budget_alerts"
+
+
+def budget_hash_key(prefix: str, tenant_id: int, period_key: str) -> str:
+    """The Redis hash of a tenant's period: ``spent`` and ``held`` (nano-dollars) and ``refused_at``
+    (epoch second of the first refusal at the hard cap). The console reads it to agree with the gateway."""
+    return f"{prefix}budget:{tenant_id}:{period_key}"
 
 
 def period_key(period: str, now: float) -> tuple[str, float]:

@@ -6,7 +6,7 @@ from urllib.parse import unquote_to_bytes
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 
-from governor.text import BIDI_CONTROLS, strip_bidi_controls
+from core.text import BIDI_CONTROLS, strip_bidi_controls
 
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
@@ -51,7 +51,7 @@ def _bad_request(request: HttpRequest, where: str) -> HttpResponse:
 class NeutraliseBidiControlsMiddleware:
     """Strip bidirectional control characters from every HTML page.
 
-    Input refuses them (``governor.text``), but rows stored before that check, or written outside
+    Input refuses them (``core.text``), but rows stored before that check, or written outside
     the services, may hold them; a name with U+202E renders reversed wherever a template prints it.
     Pages never need them (right-to-left text displays correctly without), so removing them at the
     one place every page passes through covers every template and every field at once.
