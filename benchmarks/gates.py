@@ -1,7 +1,7 @@
 """Wall time of a full gate run (quality + performance + stability) of the demo's FP8 version.
 
 What is timed is what an admin waits for after pressing "Run gates" in predicted mode: the gate
-run's task body (``evaluations.gates.gate_run_execute``) from start to its last decision —
+run's task body (``evaluations.services.gates.gate_run_execute``) from start to its last decision —
 
 - quality: the ``governor-core`` suite (320 cases) against the FP8 and the bf16 simulated engines,
   32 in flight, each answering at its demo quality profile, at real-time speed (``--time-scale 1``);
@@ -86,8 +86,8 @@ def _run(args) -> dict:
     from catalog.models import ModelVersion
     from engines.local import prefix_router, simulated_engine
     from evaluations.demo import BF16_PROFILE, FP8_PROFILE
-    from evaluations.gates import gate_run_execute, gate_run_start
     from evaluations.models import GateDecision
+    from evaluations.services.gates import gate_run_execute, gate_run_start
     from governor.demo import seed_demo
 
     call_command("migrate", verbosity=0)

@@ -274,7 +274,7 @@ def calibration_figures(
         "calib_held_out": [_row(r) for r in rows],
         "calib_loadavg": [p.get("loadavg_1m_mean") for p in points],
         "calib_measured_at": (data.get("meta") or {}).get("measured_at"),
-        # What the calibration may speak for (evaluations.calibrations): the device the points were
+        # What the calibration may speak for (evaluations.services.calibrations): the device the points were
         # measured on (None in files written before it was recorded) and the range they cover.
         "calib_device": (data.get("meta") or {}).get("device"),
         "calib_range": calibrated_range(points),

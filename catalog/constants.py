@@ -39,8 +39,9 @@ class Lifecycle(models.TextChoices):
     REJECTED = "rejected", "Rejected"
 
 
-# Allowed lifecycle moves. Moving to ``approved`` additionally needs the version's required eval
-# gates passed (or an admin override with a written reason): see ``catalog.services``.
+# Allowed lifecycle moves. Moving to ``approved`` additionally needs the promotion rule's yes (the
+# version's required eval gates passed) or an admin override with a written reason: see
+# ``catalog.promotion`` and ``catalog.services.model_version_transition``.
 LIFECYCLE_TRANSITIONS: dict[str, set[str]] = {
     Lifecycle.DRAFT: {Lifecycle.CANDIDATE, Lifecycle.REJECTED},
     Lifecycle.CANDIDATE: {Lifecycle.APPROVED, Lifecycle.REJECTED, Lifecycle.DRAFT},

@@ -12,6 +12,7 @@ from catalog.constants import (
     Lifecycle,
 )
 from catalog.models import GpuCostVersion, GpuType, Model, ModelVersion
+from catalog.promotion import Promotion
 
 
 def gpu_type_list() -> QuerySet[GpuType]:
@@ -93,11 +94,11 @@ def version_can_serve_production(*, version: ModelVersion) -> tuple[bool, str]:
     return True, ""
 
 
-def version_moves(*, version: ModelVersion, gate_status: dict | None = None) -> list[dict]:
+def version_moves(*, version: ModelVersion, promotion: Promotion | None = None) -> list[dict]:
     """The lifecycle moves the UI offers, each with whether it is possible now and why not.
 
     ``[{"to", "label", "possible", "blocked", "needs_override"}]``; the move to Approved is blocked
-    (but may be overridden by an admin) while required gates have not passed.
+    (but may be overridden by an admin) while the promotion rule does not allow it.
     """
     moves = []
     for to in sorted(LIFECYCLE_TRANSITIONS.get(version.lifecycle, set()), key=Lifecycle.values.index):
@@ -108,11 +109,11 @@ def version_moves(*, version: ModelVersion, gate_status: dict | None = None) -> 
             "blocked": "",
             "needs_override": False,
         }
-        if to == GATED_LIFECYCLE and gate_status is not None and not gate_status.get("passed"):
+        if to == GATED_LIFECYCLE and promotion is not None and not promotion.may_approve:
             move.update(
                 possible=False,
                 needs_override=True,
-                blocked="; ".join(gate_status.get("blocking") or ["required gates have not passed"]),
+                blocked="; ".join(promotion.blocking or ["required gates have not passed"]),
             )
         moves.append(move)
     return moves

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from audit.services import audit_delete, audit_record, audit_save, fields_of, snapshot
 from catalog.constants import (
@@ -18,6 +16,7 @@ from catalog.constants import (
     Lifecycle,
 )
 from catalog.models import GpuCostVersion, GpuType, Model, ModelVersion
+from catalog.promotion import version_promotion
 from core.access import is_platform_admin
 from core.text import REASON_MAX_CHARS
 from engines.memory import MemoryEstimate, estimate_memory
@@ -167,24 +166,6 @@ def model_version_delete(*, instance: ModelVersion, actor, reason: str = "") -> 
     _audited_delete(instance, actor, reason)
 
 
-def model_version_gate_status(*, version: ModelVersion) -> dict:
-    """The version's eval-gate status, from the checker named by ``settings.GOVERNOR_PROMOTION_GATE``.
-
-    The catalog owns the lifecycle and the evaluations app owns the gates; evaluations reads the
-    catalog, so the catalog names its checker in settings instead of importing it (no import cycle).
-    Without a configured checker nothing passes: approval then needs an override.
-    """
-    path = getattr(settings, "GOVERNOR_PROMOTION_GATE", "")
-    if not path:
-        return {
-            "passed": False,
-            "override": version.gates_overridden,
-            "gates": [],
-            "blocking": ["no eval-gate checker is configured (settings.GOVERNOR_PROMOTION_GATE)"],
-        }
-    return import_string(path)(version=version)
-
-
 def _label(lifecycle: str) -> str:
     try:
         return Lifecycle(lifecycle).label
@@ -196,12 +177,12 @@ def _label(lifecycle: str) -> str:
 def model_version_transition(
     *, version: ModelVersion, to: str, actor, reason: str = "", override: bool = False
 ) -> ModelVersion:
-    """Move a version along its lifecycle, enforcing the promotion rule, and audit the move.
+    """Move a version along its lifecycle (the catalog's state machine) and audit the move.
 
     - Only the moves in ``LIFECYCLE_TRANSITIONS`` are allowed.
-    - Moving to *approved* needs every required gate of the model's policy passed on the policy's
-      GPU type, or ``override=True`` by a platform admin with a written ``reason`` (recorded on the
-      version and in the audit trail as ``model_version.gate_override``).
+    - The move to *approved* asks the promotion rule (``catalog.promotion``, answered by the eval
+      gates): without ``may_approve`` it needs ``override=True`` by a platform admin with a written
+      ``reason``, recorded on the version and in the audit trail as ``model_version.gate_override``.
     The row is locked for the check and the update, so two concurrent moves cannot both succeed.
     """
     reason = (reason or "").strip()
@@ -224,9 +205,10 @@ def model_version_transition(
     gates: dict = {}
     changes: dict = {"lifecycle": to}
     if to == GATED_LIFECYCLE:
-        gates = model_version_gate_status(version=locked)
-        if not gates["passed"]:
-            blocking = "; ".join(gates.get("blocking") or ["required gates have not passed"])
+        promotion = version_promotion(version=locked)
+        gates = promotion.evidence
+        if not promotion.may_approve:
+            blocking = "; ".join(promotion.blocking or ["required gates have not passed"])
             if not override:
                 raise ValidationError(
                     {

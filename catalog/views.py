@@ -22,6 +22,7 @@ from catalog.forms import (
     VersionFilterForm,
 )
 from catalog.models import GpuType, Model, ModelVersion
+from catalog.promotion import version_promotion
 from core.access import PlatformAdminRequiredMixin, PlatformUserRequiredMixin
 
 PAGE_SIZE = 25
@@ -70,14 +71,14 @@ class VersionDetailView(PlatformUserRequiredMixin, View):
             context_len=params.get("context_len") or None,
             gpu_memory_utilization=params.get("gpu_memory_utilization") or 0.9,
         )
-        gate_status = services.model_version_gate_status(version=version)
+        promotion = version_promotion(version=version)
         context = {
             "version": version,
             "spec": version.to_spec(),
             "estimates": estimates,
             "estimate_form": form,
-            "gate_status": gate_status,
-            "moves": selectors.version_moves(version=version, gate_status=gate_status),
+            "promotion": promotion,
+            "moves": selectors.version_moves(version=version, promotion=promotion),
         }
         template = (
             "catalog/partials/estimate_table.html" if request.htmx else "catalog/modelversion_detail.html"

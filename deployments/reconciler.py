@@ -328,7 +328,7 @@ def _apply(d: Deployment, fields: dict) -> None:
             after={
                 "status": after,
                 "ray_app_status": fields.get("ray_app_status", ""),
-                # GPU-hour accounting (deployments.selectors.costs) reads replicas from this history.
+                # GPU-hour accounting (deployments.selectors.gpu_hours) reads replicas from this history.
                 "running_replicas": fields.get("running_replicas", d.running_replicas),
             },
         )

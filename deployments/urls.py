@@ -1,6 +1,7 @@
 from django.urls import path
+from django.views.generic import RedirectView
 
-from deployments import cost_views, views
+from deployments import views
 from deployments.rollouts import views as rollout_views
 
 app_name = "deployments"
@@ -8,7 +9,12 @@ app_name = "deployments"
 urlpatterns = [
     path("", views.DeploymentListView.as_view(), name="list"),
     path("new/", views.DeploymentCreateView.as_view(), name="create"),
-    path("costs/", cost_views.GpuCostView.as_view(), name="gpu_costs"),
+    # The GPU cost page moved to the cost pages (/cost/gpus/, ADR 0027); bookmarks and this name still work.
+    path(
+        "costs/",
+        RedirectView.as_view(pattern_name="cost:gpu_costs", permanent=True, query_string=True),
+        name="gpu_costs",
+    ),
     path("serve-config/", views.ServeConfigView.as_view(), name="serve_config"),
     path("reconcile/", views.ReconcileNowView.as_view(), name="reconcile"),
     path("<int:pk>/", views.DeploymentDetailView.as_view(), name="detail"),

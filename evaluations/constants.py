@@ -11,10 +11,6 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
-ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
-FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
-
-
 class RunKind(models.TextChoices):
     MEASURED = "measured", "Measured"  # real requests against a live endpoint
     PREDICTED = "predicted", "Predicted"  # the virtual-time simulator, for any deployment spec

@@ -20,9 +20,14 @@ from catalog.services import model_version_create, model_version_set_quality_pro
 from deployments.constants import EngineKind, Pool
 from deployments.selectors import deployment_list
 from deployments.services import deployment_create
-from evaluations.evalruns import eval_builtin_suites_register
-from evaluations.gates import DEFAULT_PERFORMANCE, DEFAULT_QUALITY, DEFAULT_STABILITY, gate_policy_save
 from evaluations.models import GatePolicy
+from evaluations.services.evals import eval_builtin_suites_register
+from evaluations.services.gates import (
+    DEFAULT_PERFORMANCE,
+    DEFAULT_QUALITY,
+    DEFAULT_STABILITY,
+    gate_policy_save,
+)
 
 LLAMA = "Llama-3.1-8B-Instruct"
 MISTRAL = "Mistral-7B-Instruct-v0.3"

@@ -276,9 +276,10 @@ GATEWAY_KEY_PREFIX = env_str("GATEWAY_KEY_PREFIX", "gw:")
 # API key the benchmark harness presents when its target is the gateway.
 BENCHMARK_API_KEY = env_str("BENCHMARK_API_KEY", "")
 
-# The catalog asks this function whether a version's eval gates passed before it may be approved
-# (ADR 0007: the catalog names it here rather than importing the evaluations app).
-GOVERNOR_PROMOTION_GATE = "evaluations.selectors.version_gate_status"
+# The promotion rule: may a version be approved, may it take production traffic? It lives with the
+# eval gates; the catalog's lifecycle and the rollouts, a layer below, ask it through
+# ``catalog.promotion``, which calls the function named here (ADR 0027).
+GOVERNOR_PROMOTION_RULE = "evaluations.selectors.gates.version_promotion"
 
 # Outbound calls to URLs users set (tenant webhooks) never reach loopback, private, link-local or
 # metadata addresses (core.outbound, ADR 0016), except the destinations listed here by the

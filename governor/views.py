@@ -37,7 +37,7 @@ OVERVIEW_DAYS = 30
 def platform_overview(*, days: int) -> dict:
     """Composes billing's and deployments' cost selectors over the last ``days`` UTC days."""
     from billing.selectors.costs import budgets_at_risk, cost_breakdown, cost_series
-    from deployments.selectors.costs import gpu_cost_summary
+    from evaluations.selectors.gpu_costs import gpu_cost_summary
 
     today = dt.datetime.now(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     until, since = today + dt.timedelta(days=1), today + dt.timedelta(days=1 - days)

@@ -3,7 +3,7 @@
 Layers, bottom up: ``client`` (one timed streamed request), ``loadgen`` (one process's share of a
 stage), ``runner`` (a stage over several processes, with ``/metrics`` scraping), ``sweep``
 (capacity goodput), ``metrics`` (docs/domain.md's definitions). ``paced_server`` is a calibration
-engine with exact timings. The console wraps this in ``evaluations.services``.
+engine with exact timings. The console wraps this in ``evaluations.services.benchmarks``.
 """
 
 from .client import Target

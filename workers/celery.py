@@ -84,19 +84,9 @@ app.conf.beat_schedule["billing-webhooks-retry"] = {
     "options": {"expires": 30.0},
 }
 
-# evaluations: fail benchmark and eval runs whose worker died (their heartbeat stopped).
-app.conf.beat_schedule["evaluations-reap-stale-benchmarks"] = {
-    "task": "evaluations.benchmark_runs_reap_stale",
-    "schedule": 60.0,
-    "options": {"expires": 60.0},
-}
-app.conf.beat_schedule["evaluations-reap-stale-eval-runs"] = {
-    "task": "evaluations.eval_runs_reap_stale",
-    "schedule": 60.0,
-    "options": {"expires": 60.0},
-}
-app.conf.beat_schedule["evaluations-reap-stale-gate-runs"] = {
-    "task": "evaluations.gate_runs_reap_stale",
+# evaluations: fail the benchmark, eval and gate runs whose worker died (their heartbeat stopped).
+app.conf.beat_schedule["evaluations-reap-stale-runs"] = {
+    "task": "evaluations.runs_reap_stale",
     "schedule": 60.0,
     "options": {"expires": 60.0},
 }

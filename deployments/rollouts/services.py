@@ -19,8 +19,9 @@ from django.utils import timezone
 from audit.services import audit_record
 from billing.selectors.usage import usage_request_samples
 from catalog.constants import Lifecycle
-from catalog.selectors import model_version_get, version_can_serve_production
-from catalog.services import model_version_gate_status, model_version_transition
+from catalog.promotion import version_promotion
+from catalog.selectors import model_version_get
+from catalog.services import model_version_transition
 from deployments.constants import AnalysisVerdict, RolloutOutcome, RolloutPhase
 from deployments.models import AnalysisRun, Deployment, ModelRoute, Rollout, RouteTarget
 from deployments.rollouts import analysis as A
@@ -41,27 +42,18 @@ def _plan_error(exc: PlanError) -> ValidationError:
     return ValidationError({k: v for k, v in exc.errors.items()})
 
 
-# --- the one place where a version's admission to production traffic is decided -----------------
+# --- a canary's admission to production traffic ---------------------------------------------------
 
 
 def canary_admission_problem(*, deployment: Deployment) -> str | None:
     """Why the canary's version may not take production traffic, or None when it may.
 
-    Its lifecycle must be approved or serving, and its required eval gates must have passed under
-    the model's current policy, or a platform admin must have overridden them with a reason
-    (``catalog.services.model_version_gate_status``, which asks the evaluations app).
+    The promotion rule answers (``catalog.promotion``, which asks the eval gates): an approved or
+    serving version whose required gates pass under the model's current policy, or were overridden
+    by a platform admin with a reason.
     """
-    version = model_version_get(pk=deployment.model_version_id)
-    ok, why = version_can_serve_production(version=version)
-    if not ok:
-        return why
-    gates = model_version_gate_status(version=version)
-    if not (gates.get("passed") or gates.get("override") or version.gates_overridden):
-        blocking = "; ".join(gates.get("blocking") or ["its required gates have not passed"])
-        return (
-            f"The canary's version {version} has not passed its eval gates ({blocking}) and has no override."
-        )
-    return None
+    promotion = version_promotion(version=model_version_get(pk=deployment.model_version_id))
+    return None if promotion.may_take_traffic else promotion.traffic_refusal
 
 
 def _version_transition(*, version_id: int, to: str, reason: str) -> str | None:

@@ -1,6 +1,6 @@
 """Reads of the deployments app, including the routing table the gateway serves.
 
-What the GPUs behind deployments cost is read in ``deployments.selectors.costs``.
+When each deployment held how many GPUs (its GPU-hours) is read in ``deployments.selectors.gpu_hours``.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""REST API of benchmark runs (mounted at /api/evaluations/)."""
+"""REST API of benchmark runs, eval suites and runs, and gates (mounted at /api/evaluations/)."""

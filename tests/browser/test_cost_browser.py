@@ -13,7 +13,7 @@ import pytest
 from billing.services.prices import price_publish
 from billing.services.rollups import usage_rollup_run
 from catalog.services import gpu_cost_version_create
-from evaluations.pricing import price_derivation
+from evaluations.services.pricing import price_derivation
 from tests.billing.test_rollups import make_event
 from tests.deployments.factories import llama_8b_version
 from tests.evaluations.test_planner import measured_run
@@ -83,7 +83,7 @@ def test_planner_answers_h100_vs_h200(page, live_server, admin_user, celery_work
     page.select_option("#id_gpu_types", [str(h100.pk), str(h200.pk)])
     page.select_option("#id_tensor_parallel", ["1"])
     page.click("#plan-form button")
-    page.wait_for_url(re.compile(r"/benchmarks/plans/[0-9a-f-]{36}/$"))
+    page.wait_for_url(re.compile(r"/cost/plans/[0-9a-f-]{36}/$"))
     # A worker computes the plan; the page shows progress and reloads itself when it is done.
     page.wait_for_selector("tr.plan-row", timeout=180_000)
     rows = {r.get_attribute("data-gpu"): r for r in page.locator("tr.plan-row").all()}

@@ -66,7 +66,7 @@ def test_admin_navigation_fits_1280_px_with_log_out_in_view(
         reverse("deployments:list"),
         reverse("deployments:rollout_list"),
         reverse("deployments:rollout_detail", args=[rollout_with_analysis.pk]),
-        reverse("deployments:gpu_costs"),
+        reverse("cost:gpu_costs"),
         reverse("evaluations:run_list"),
         reverse("gates:decision_list"),
         reverse("billing:usage"),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evaluations.evalruns import eval_suite_upload
-from evaluations.gates import gate_policy_save
+from evaluations.services.evals import eval_suite_upload
+from evaluations.services.gates import gate_policy_save
 from tests.evaluations.factories import DeploymentFactory
 from tests.evaluations.gate_fixtures import SUITE, policy_body
 from tests.factories import GpuTypeFactory, ModelFactory, ModelVersionFactory

@@ -12,9 +12,9 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from audit.models import AuditEvent
-from evaluations.calibrations import calibration_import, prediction_basis, with_interval
 from evaluations.models import SimulatorCalibration
-from evaluations.services import benchmark_run_create, benchmark_run_execute
+from evaluations.services.benchmarks import benchmark_run_create, benchmark_run_execute
+from evaluations.services.calibrations import calibration_import, prediction_basis, with_interval
 from tests.factories import GpuTypeFactory, ModelVersionFactory
 
 pytestmark = pytest.mark.django_db
@@ -131,7 +131,7 @@ def test_a_predicted_run_runs_with_the_calibration_and_shows_each_median_with_it
 
 
 def test_the_planner_says_which_calibration_a_predicted_row_came_from(admin_user):
-    from evaluations.planner import plan_row
+    from evaluations.services.planner import plan_row
 
     gpu = GpuTypeFactory()
     cal = calibration_import(gpu_type=gpu, report=REPORT, actor=admin_user)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from evaluations.gates import gate_policy_save, gate_run_execute, gate_run_start
 from evaluations.models import EvalSuiteVersion, GateDecision, GatePolicy
-from evaluations.selectors import version_gate_status
+from evaluations.selectors.gates import version_gate_status
+from evaluations.services.gates import gate_policy_save, gate_run_execute, gate_run_start
 from tests.evaluations.gate_fixtures import SUITE, policy_body
 from tests.factories import GpuTypeFactory, ModelVersionFactory
 from tests.support.servers import engines_fixed_server
@@ -65,7 +65,7 @@ def test_each_policy_save_is_a_new_audited_version(policy, candidate, gpu, admin
 
 
 def test_suite_upload_names_the_bad_line_and_saves_nothing(admin_user):
-    from evaluations.evalruns import eval_suite_upload
+    from evaluations.services.evals import eval_suite_upload
 
     bad = SUITE + '\n{"id": "x", "category": "arithmetic", "prompt": "?", "scorer": "numeric"}\n'
     with pytest.raises(ValidationError, match="Line 13: missing field 'expected'"):
@@ -124,7 +124,7 @@ def test_a_gate_run_whose_worker_died_is_reaped_to_error(policy, candidate, admi
 
     from django.utils import timezone
 
-    from evaluations.gates import gate_runs_reap_stale
+    from evaluations.lifecycle import runs_reap_stale
     from evaluations.models import GateRun
 
     run = gate_run_start(version=candidate, actor=admin_user, enqueue=False)
@@ -134,7 +134,7 @@ def test_a_gate_run_whose_worker_died_is_reaped_to_error(policy, candidate, admi
     fresh = gate_run_start(version=ModelVersionFactory(model=candidate.model, lifecycle="candidate"), actor=admin_user,
                            enqueue=False)  # fmt: skip
     GateRun.objects.filter(pk=fresh.pk).update(status="running", heartbeat_at=timezone.now())
-    assert gate_runs_reap_stale() == 1
+    assert runs_reap_stale(GateRun) == 1
     run.refresh_from_db()
     fresh.refresh_from_db()
     assert run.status == "error" and "worker" in run.error and fresh.status == "running"

@@ -11,8 +11,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from audit.models import AuditEvent
-from evaluations.evalruns import eval_run_create
 from evaluations.models import EvalCaseResult, EvalSuiteVersion, GateDecision, GatePolicy, GateRun
+from evaluations.services.evals import eval_run_create
 from tests.evaluations.gate_fixtures import SUITE
 
 pytestmark = pytest.mark.django_db

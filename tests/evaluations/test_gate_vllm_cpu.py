@@ -2,7 +2,7 @@
 
 Everything goes through the product: a suite uploaded as an admin would, deployments of three catalog
 versions (trained bf16 serving; 4-bit RTN per 64 weights and 2-bit RTN per row as candidates), a
-gate policy, and gate runs executed by ``evaluations.gates``. The only stand-in is the prefix router
+gate policy, and gate runs executed by ``evaluations.services.gates``. The only stand-in is the prefix router
 in front of the vLLM servers, doing what Ray Serve's proxy does (``/d/<slug>/…``).
 
 Training runs once per recipe (a few CPU minutes, cached under var/models); each vLLM start takes
@@ -21,9 +21,9 @@ from engines.tiny_train import Recipe, ensure_quantized_model, ensure_trained_mo
 from engines.vllm_cpu import vllm_cpu_server
 from evalkit.builtin import generate
 from evalkit.suites import dump_jsonl
-from evaluations.evalruns import eval_suite_upload
-from evaluations.gates import gate_policy_save, gate_run_execute, gate_run_start
 from evaluations.models import GateDecision
+from evaluations.services.evals import eval_suite_upload
+from evaluations.services.gates import gate_policy_save, gate_run_execute, gate_run_start
 from tests.engines.test_vllm_cpu import ROOT, require_vllm
 from tests.evaluations.factories import DeploymentFactory
 from tests.evaluations.gate_fixtures import policy_body

@@ -17,9 +17,9 @@ from playwright.sync_api import expect
 from audit.models import AuditEvent
 from evalkit import builtin
 from evalkit.suites import dump_jsonl
-from evaluations.evalruns import eval_suite_upload
-from evaluations.gates import gate_policy_save, gate_run_start
 from evaluations.models import GateDecision, GateRun
+from evaluations.services.evals import eval_suite_upload
+from evaluations.services.gates import gate_policy_save, gate_run_start
 from tests.conftest import subprocess_env
 from tests.evaluations.factories import DeploymentFactory
 from tests.evaluations.gate_fixtures import policy_body

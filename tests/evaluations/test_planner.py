@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from catalog.services import gpu_cost_version_create
 from evaluations.models import CapacityPlan
-from evaluations.planner import HOURS_PER_MONTH, capacity_plan_compute, capacity_plan_create
+from evaluations.services.planner import HOURS_PER_MONTH, capacity_plan_compute, capacity_plan_create
 from tests.deployments.factories import llama_8b_version, llama_70b_version
 from tests.evaluations.factories import BenchmarkRunFactory
 from tests.factories import GpuTypeFactory
@@ -105,7 +105,7 @@ def test_bad_inputs_save_nothing(change, field, h100, admin_user):
 
 def test_a_plan_with_no_candidates_is_refused_on_the_page(admin_client, h100):
     llama_8b_version()
-    r = admin_client.post(reverse("evaluations:plan_create"), {**INPUTS, "name": "empty"})
+    r = admin_client.post(reverse("cost:plan_create"), {**INPUTS, "name": "empty"})
     assert r.status_code == 400 and "at least one candidate" in r.content.decode()
     assert not CapacityPlan.objects.exists()
 
@@ -121,12 +121,12 @@ def test_plan_pages_by_role(role_clients, admin_client, h100, h200):
         "tensor_parallel": ["1"],
     }
     for role in ("auditor", "member", "outsider"):
-        assert role_clients[role].post(reverse("evaluations:plan_create"), post).status_code == 403
-    assert role_clients["anon"].post(reverse("evaluations:plan_create"), post).status_code == 302
-    r = admin_client.post(reverse("evaluations:plan_create"), post)
+        assert role_clients[role].post(reverse("cost:plan_create"), post).status_code == 403
+    assert role_clients["anon"].post(reverse("cost:plan_create"), post).status_code == 302
+    r = admin_client.post(reverse("cost:plan_create"), post)
     assert r.status_code == 302
     saved = CapacityPlan.objects.get()
-    assert r["Location"] == reverse("evaluations:plan_detail", args=[saved.token])
+    assert r["Location"] == reverse("cost:plan_detail", args=[saved.token])
     pending = admin_client.get(r["Location"]).content.decode()
     assert 'data-status="queued"' in pending and "every 1s" in pending and "plan-row" not in pending
     capacity_plan_compute(plan_id=saved.pk)
@@ -137,7 +137,7 @@ def test_plan_pages_by_role(role_clients, admin_client, h100, h200):
             html = page.content.decode()
             assert "H100 vs H200" in html and "badge-measured" in html and "badge-predicted" in html
     lst = {
-        role: role_clients[role].get(reverse("evaluations:plan_list")).content.decode()
+        role: role_clients[role].get(reverse("cost:plan_list")).content.decode()
         for role in ("admin", "auditor", "member")
     }
     assert "H100 vs H200" in lst["admin"] and 'id="plan-form"' in lst["admin"]
@@ -145,7 +145,7 @@ def test_plan_pages_by_role(role_clients, admin_client, h100, h200):
     assert "H100 vs H200" not in lst["member"]
     import uuid
 
-    assert admin_client.get(reverse("evaluations:plan_detail", args=[uuid.uuid4()])).status_code == 404
+    assert admin_client.get(reverse("cost:plan_detail", args=[uuid.uuid4()])).status_code == 404
 
 
 @pytest.mark.django_db(transaction=True)
@@ -166,5 +166,5 @@ def test_a_worker_computes_the_plan_and_the_page_polls_until_done(
         assert time.monotonic() < deadline, "the worker never finished the plan"
         time.sleep(0.2)
     assert p.rows[0]["gpus"] == 2 and p.progress == 100
-    url = reverse("evaluations:plan_detail", args=[p.token]) + "?part=progress"
+    url = reverse("cost:plan_detail", args=[p.token]) + "?part=progress"
     assert admin_client.get(url, headers={"HX-Request": "true"})["HX-Refresh"] == "true"

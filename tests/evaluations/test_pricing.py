@@ -16,7 +16,7 @@ from billing.models import Price, Reprice, UsageEvent
 from billing.selectors.prices import price_for
 from billing.services.prices import price_publish, price_set, reprice_record
 from catalog.services import gpu_cost_version_create
-from evaluations.pricing import price_derivation
+from evaluations.services.pricing import price_derivation
 from tests.deployments.factories import ModelRouteFactory, RouteTargetFactory
 from tests.evaluations.factories import BenchmarkRunFactory, DeploymentFactory
 
@@ -114,11 +114,9 @@ def test_a_run_that_missed_the_sla_everywhere_gives_no_price(deployment, cost_ve
     d = price_derivation(public_model=MODEL)
     assert not d["derivable"]
     assert f"#{run.pk} met the SLA at no stage" in d["why"] and "no price can be derived" in d["why"]
-    html = admin_client.get(reverse("evaluations:derived_prices")).content.decode()
+    html = admin_client.get(reverse("cost:derived_prices")).content.decode()
     assert "No price can be derived" in html and "Publish as new price version" not in html
-    r = admin_client.post(
-        reverse("evaluations:derived_price_publish"), {"public_model": MODEL, "fingerprint": "x"}
-    )
+    r = admin_client.post(reverse("cost:derived_price_publish"), {"public_model": MODEL, "fingerprint": "x"})
     assert r.status_code == 400 and "met the SLA at no stage" in r.content.decode()
     assert not Price.objects.exists()
 
@@ -140,7 +138,7 @@ def test_admin_publishes_the_reviewed_price_and_the_gateway_uses_it(deployment, 
     run = make_run(deployment)
     d = price_derivation(public_model=MODEL)
     r = admin_client.post(
-        reverse("evaluations:derived_price_publish"),
+        reverse("cost:derived_price_publish"),
         {"public_model": MODEL, "fingerprint": d["fingerprint"], "note": "first goodput price"},
     )
     assert r.status_code == 302
@@ -157,7 +155,7 @@ def test_a_stale_review_is_refused(deployment, cost_version, admin_client, admin
     stale = price_derivation(public_model=MODEL)["fingerprint"]
     make_run(deployment, days_ago=0, total=3000.0)  # a newer run changes the derivation
     r = admin_client.post(
-        reverse("evaluations:derived_price_publish"), {"public_model": MODEL, "fingerprint": stale}
+        reverse("cost:derived_price_publish"), {"public_model": MODEL, "fingerprint": stale}
     )
     assert r.status_code == 400 and "review it again" in r.content.decode()
     assert not Price.objects.exists()
@@ -168,7 +166,7 @@ def test_a_stale_review_is_refused(deployment, cost_version, admin_client, admin
 )
 def test_derived_prices_page_by_role(role_clients, role, status, deployment, cost_version):
     make_run(deployment)
-    r = role_clients[role].get(reverse("evaluations:derived_prices"))
+    r = role_clients[role].get(reverse("cost:derived_prices"))
     assert r.status_code == status
     if status == 200:
         html = r.content.decode()
@@ -181,7 +179,7 @@ def test_only_admins_publish(role_clients, role, status, deployment, cost_versio
     make_run(deployment)
     fp = price_derivation(public_model=MODEL)["fingerprint"]
     r = role_clients[role].post(
-        reverse("evaluations:derived_price_publish"), {"public_model": MODEL, "fingerprint": fp}
+        reverse("cost:derived_price_publish"), {"public_model": MODEL, "fingerprint": fp}
     )
     assert r.status_code == status and not Price.objects.exists()
 

@@ -9,11 +9,14 @@ from django.core.exceptions import ValidationError
 from django.db import ProgrammingError, transaction
 
 from audit.models import AuditEvent
+from catalog.promotion import Promotion
+from catalog.promotion import version_promotion as asks_the_rule
 from catalog.services import model_version_transition
 from deployments.services import route_target_set
 from evaluations.constants import GateKind
 from evaluations.models import GateDecision
-from evaluations.selectors import version_gate_status
+from evaluations.selectors.gates import version_gate_status, version_promotion
+from evaluations.services.gates import gate_policy_save
 from tests.deployments.factories import ModelRouteFactory
 from tests.evaluations.factories import DeploymentFactory
 from tests.evaluations.gate_fixtures import policy_body
@@ -57,8 +60,6 @@ def test_a_model_without_policy_cannot_be_approved_without_override(admin_user):
 
 
 def test_decisions_under_an_older_policy_do_not_count(policy, candidate, admin_user, gpu):
-    from evaluations.gates import gate_policy_save
-
     for kind in GateKind.values:
         _decide(policy, candidate, kind, "passed")
     assert version_gate_status(version=candidate)["passed"]
@@ -87,7 +88,7 @@ def test_override_needs_a_platform_admin_and_a_written_reason(policy, candidate,
     assert candidate.gate_override_by == admin_user
     event = AuditEvent.objects.get(action="model_version.gate_override", object_id=str(candidate.pk))
     assert event.reason.startswith("Urgent capacity") and event.evidence["gates"]["passed"] is False
-    assert version_gate_status(version=candidate)["override"] is True
+    assert version_gate_status(version=candidate)["gates_overridden"] is True
 
 
 def test_moves_outside_the_lifecycle_are_refused_with_human_labels(admin_user):
@@ -151,3 +152,73 @@ def test_route_targets_api_answers_400_for_a_candidate_with_traffic(admin_client
     )
     assert r.status_code == 400 and "approved or serving" in r.content.decode()
     assert not route.targets.exists()
+
+
+# --- the promotion rule's one home: evaluations.selectors.gates.version_promotion ------------------
+
+
+def test_an_approved_version_takes_traffic_only_while_its_gates_pass_under_the_current_policy(
+    policy, candidate, admin_user, gpu
+):
+    for kind in GateKind.values:
+        _decide(policy, candidate, kind, "passed")
+    model_version_transition(version=candidate, to="approved", actor=admin_user)
+    candidate.refresh_from_db()
+    promotion = version_promotion(version=candidate)
+    assert promotion.may_approve and promotion.may_take_traffic and not promotion.gates_overridden
+    gate_policy_save(model=candidate.model, gpu_type=gpu, actor=admin_user, **policy_body())  # tightened
+    promotion = version_promotion(version=candidate)
+    assert not promotion.may_approve and not promotion.may_take_traffic
+    assert "has not passed its eval gates" in promotion.traffic_refusal
+    assert "quality gate has not run" in promotion.traffic_refusal
+
+
+def test_an_override_lets_a_version_take_traffic_without_its_gates_passing(policy, candidate, admin_user):
+    model_version_transition(
+        version=candidate, to="approved", actor=admin_user, override=True,
+        reason="Urgent capacity need; quality signed off by the ML lead",
+    )  # fmt: skip
+    candidate.refresh_from_db()
+    promotion = version_promotion(version=candidate)
+    assert promotion.gates_overridden and promotion.may_take_traffic and not promotion.may_approve
+    assert promotion.evidence["gates_overridden"] is True and promotion.traffic_refusal == ""
+
+
+def test_a_version_not_yet_approved_takes_no_traffic_whatever_its_gates(policy, candidate):
+    for kind in GateKind.values:
+        _decide(policy, candidate, kind, "passed")
+    promotion = version_promotion(version=candidate)
+    assert promotion.may_approve and not promotion.may_take_traffic
+    assert "production routes take only approved or serving versions" in promotion.traffic_refusal
+
+
+def always_yes(*, version) -> Promotion:
+    return Promotion(may_approve=True, may_take_traffic=True, gates_overridden=False, evidence={"stub": True})
+
+
+def test_the_lifecycle_and_the_rollouts_ask_the_one_rule_named_in_settings(settings, candidate, admin_user):
+    """Nothing below evaluations restates the rule: swap it, and approval and canary admission follow."""
+    from deployments.rollouts.services import canary_admission_problem
+
+    canary = DeploymentFactory(model_version=candidate)
+    assert "is candidate" in canary_admission_problem(deployment=canary)
+    with pytest.raises(ValidationError, match="no gate policy"):
+        model_version_transition(version=candidate, to="approved", actor=admin_user)
+    settings.GOVERNOR_PROMOTION_RULE = "tests.evaluations.test_promotion.always_yes"
+    assert canary_admission_problem(deployment=canary) is None
+    model_version_transition(version=candidate, to="approved", actor=admin_user, reason="stub rule")
+    event = AuditEvent.objects.get(action="model_version.transition", object_id=str(candidate.pk))
+    assert event.evidence == {"gates": {"stub": True}}
+
+
+def test_without_a_configured_rule_nothing_is_approved_or_admitted(settings, candidate, admin_user):
+    from deployments.rollouts.services import canary_admission_problem
+
+    settings.GOVERNOR_PROMOTION_RULE = ""
+    assert not asks_the_rule(version=candidate).may_approve
+    with pytest.raises(ValidationError, match="no promotion rule is configured"):
+        model_version_transition(version=candidate, to="approved", actor=admin_user)
+    served = ModelVersionFactory(model=candidate.model, lifecycle="serving")
+    assert "no promotion rule is configured" in canary_admission_problem(
+        deployment=DeploymentFactory(model_version=served)
+    )

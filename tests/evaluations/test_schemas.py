@@ -14,9 +14,9 @@ from jsonschema import Draft202012Validator
 from engines import workload as W
 from evaluations import schemas
 from evaluations.constants import DEFAULT_SLA, DEFAULT_STAGE, DEFAULT_WORKLOAD
-from evaluations.gates import DEFAULT_PERFORMANCE, DEFAULT_QUALITY, DEFAULT_STABILITY
 from evaluations.models import GatePolicy
 from evaluations.schemas import schema_check
+from evaluations.services.gates import DEFAULT_PERFORMANCE, DEFAULT_QUALITY, DEFAULT_STABILITY
 from governor.demo import seed_demo
 
 FIXED = {"kind": "fixed", "value": 64}

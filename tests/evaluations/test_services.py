@@ -6,7 +6,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from evaluations.models import BenchmarkRun
-from evaluations.services import benchmark_run_cancel, benchmark_run_create, benchmark_run_execute
+from evaluations.services.benchmarks import benchmark_run_cancel, benchmark_run_create, benchmark_run_execute
 from tests.factories import GpuTypeFactory, ModelVersionFactory
 from tests.support.servers import free_port, paced_server
 
@@ -211,14 +211,14 @@ def test_running_run_without_heartbeat_is_failed_by_the_reaper(admin_user):
 
     from django.utils import timezone
 
-    from evaluations.services import benchmark_runs_reap_stale
+    from evaluations.lifecycle import runs_reap_stale
 
     alive = _create(admin_user, base_url="http://127.0.0.1:9/v1")
     dead = _create(admin_user, base_url="http://127.0.0.1:9/v1")
     now = timezone.now()
     BenchmarkRun.objects.filter(pk=alive.pk).update(status="running", heartbeat_at=now - timedelta(seconds=5))
     BenchmarkRun.objects.filter(pk=dead.pk).update(status="running", heartbeat_at=now - timedelta(minutes=5))
-    assert benchmark_runs_reap_stale() == 1
+    assert runs_reap_stale(BenchmarkRun) == 1
     alive.refresh_from_db()
     dead.refresh_from_db()
     assert alive.status == "running"

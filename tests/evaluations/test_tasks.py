@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from evaluations.models import BenchmarkRun
-from evaluations.services import benchmark_run_cancel, benchmark_run_create
+from evaluations.services.benchmarks import benchmark_run_cancel, benchmark_run_create
 from tests.factories import GpuTypeFactory
 from tests.support.servers import paced_server
 

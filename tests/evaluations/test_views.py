@@ -111,7 +111,9 @@ def _form(**over):
 
 def test_admin_starts_a_run_from_the_form(admin_client, django_capture_on_commit_callbacks, monkeypatch):
     enqueued = []
-    monkeypatch.setattr("evaluations.services._enqueue", enqueued.append)  # the Celery path has its own test
+    monkeypatch.setattr(
+        "evaluations.services.benchmarks._enqueue", enqueued.append
+    )  # the Celery path has its own test
     with django_capture_on_commit_callbacks(execute=True):
         resp = admin_client.post(reverse("evaluations:run_create"), _form(name="form run"))
     run = BenchmarkRun.objects.get()
@@ -139,7 +141,7 @@ def test_form_errors_are_shown_on_their_fields(admin_client):
 
 
 def test_predicted_run_from_the_form_on_a_deployment(admin_client, monkeypatch):
-    monkeypatch.setattr("evaluations.services._enqueue", lambda pk: None)
+    monkeypatch.setattr("evaluations.services.benchmarks._enqueue", lambda pk: None)
     dep = DeploymentFactory()
     resp = admin_client.post(
         reverse("evaluations:run_create"),
@@ -206,7 +208,7 @@ def test_list_filters_and_query_count(admin_client, django_assert_max_num_querie
 
 
 def test_api_start_follow_fetch_and_cancel(admin_client, monkeypatch):
-    monkeypatch.setattr("evaluations.services._enqueue", lambda pk: None)
+    monkeypatch.setattr("evaluations.services.benchmarks._enqueue", lambda pk: None)
     body = {
         "target_kind": "url",
         "base_url": "http://127.0.0.1:9/v1",

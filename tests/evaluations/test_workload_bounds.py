@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 
 from evaluations.constants import MAX_RATE_RPS, MAX_TOKENS_PER_REQUEST
 from evaluations.models import BenchmarkRun
-from evaluations.services import benchmark_run_create
+from evaluations.services.benchmarks import benchmark_run_create
 from tests.factories import GpuTypeFactory, ModelFactory, ModelVersionFactory
 
 pytestmark = pytest.mark.django_db

@@ -116,7 +116,7 @@ def test_admin_queues_a_cross_check_and_it_is_audited(
     run = BenchmarkRunFactory(snapshot={"tokenizer_dir": str(model)})
     queued = []
     monkeypatch.setattr(
-        "evaluations.services._enqueue_cross_check", queued.append
+        "evaluations.services.benchmarks._enqueue_cross_check", queued.append
     )  # the replay has its vLLM test
     with django_capture_on_commit_callbacks(execute=True):
         resp = admin_client.post(reverse("evaluations:run_cross_check", args=[run.pk]))
@@ -167,7 +167,7 @@ def _api_body(**workload):
     ],
 )
 def test_api_refuses_bad_workloads_and_saves_nothing(admin_client, monkeypatch, workload, message):
-    monkeypatch.setattr("evaluations.services._enqueue", lambda pk: None)
+    monkeypatch.setattr("evaluations.services.benchmarks._enqueue", lambda pk: None)
     body = _api_body(**workload)
     if "empirical" in workload:
         body["workload"].pop("input")
@@ -178,7 +178,7 @@ def test_api_refuses_bad_workloads_and_saves_nothing(admin_client, monkeypatch, 
 
 
 def test_lengths_above_the_deployment_context_are_refused_on_the_form(admin_client, monkeypatch):
-    monkeypatch.setattr("evaluations.services._enqueue", lambda pk: None)
+    monkeypatch.setattr("evaluations.services.benchmarks._enqueue", lambda pk: None)
     dep = DeploymentFactory(max_model_len=1024)
     from .test_views import _form
 
@@ -231,7 +231,7 @@ def test_benchmark_command_cross_check_without_vllm_is_a_clear_error(admin_user,
 def test_a_predicted_run_says_which_calibration_it_used_and_that_it_has_no_interval(
     admin_user, auditor_client
 ):
-    from evaluations.services import benchmark_run_create, benchmark_run_execute
+    from evaluations.services.benchmarks import benchmark_run_create, benchmark_run_execute
     from tests.factories import GpuTypeFactory, ModelVersionFactory
 
     run = benchmark_run_create(

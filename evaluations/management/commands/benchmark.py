@@ -23,7 +23,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from evaluations.constants import RunKind, RunMode, TargetKind
-from evaluations.services import (
+from evaluations.services.benchmarks import (
     benchmark_run_create,
     benchmark_run_cross_check_execute,
     benchmark_run_cross_check_request,

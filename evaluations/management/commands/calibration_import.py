@@ -11,7 +11,7 @@ from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from catalog.selectors import gpu_type_get, gpu_type_list
-from evaluations.calibrations import calibration_import
+from evaluations.services.calibrations import calibration_import
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from evaluations.evalruns import eval_builtin_suites_register
+from evaluations.services.evals import eval_builtin_suites_register
 
 
 class Command(BaseCommand):

@@ -1,0 +1,1 @@
+"""API serializers by concept: benchmark runs, eval suites and runs, gates."""

@@ -1,0 +1,1 @@
+"""API views by concept: benchmark runs, eval suites and runs, gates."""

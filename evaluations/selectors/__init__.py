@@ -1,0 +1,1 @@
+"""Evaluations reads by concept: benchmark runs, eval suites and runs, gates, cost."""

@@ -1,0 +1,1 @@
+"""Console pages of the evaluations app by concept: benchmark runs, eval suites and runs, gates, cost."""
