@@ -287,3 +287,16 @@ def publish(gateway_url: str, routes: dict) -> int:
         interval=0.02,
     )
     return version
+
+
+@pytest.fixture
+async def inproc(tmp_path):
+    """A gateway in this process (``tests/gateway/inproc.py``): for the stages' fast tests."""
+    from tests.gateway.inproc import InProc
+
+    g = InProc(tmp_path)
+    await g.start()
+    try:
+        yield g
+    finally:
+        await g.stop()
