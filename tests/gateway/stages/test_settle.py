@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
+from gateway.snapshot import ALERTS_LIST
 from gateway.stages.admit import admit
 from gateway.stages.settle import commit, guard, take_usage
 from tests.gateway.inproc import chat, tenant_budget
@@ -56,6 +57,15 @@ async def test_a_request_the_reaper_already_settled_books_nothing_more(inproc):
     await commit(inproc.gw, ctx)
     assert (await inproc.budget())["spent"] == 0
     assert len(inproc.events()) == 1  # the event keeps the id: Postgres keeps one of the two
+
+
+async def test_crossing_a_soft_threshold_raises_one_alert(inproc):
+    inproc.install(tenant={"budget": tenant_budget(cap=None, amount=40_000, soft=(50, 90))})
+    ctx = await _admitted(inproc)
+    ctx.prompt_tokens, ctx.completion_tokens = 10, 5  # 20,000: crosses 50 %, not 90 %
+    await commit(inproc.gw, ctx)
+    alerts = [orjson.loads(a) for a in await inproc.redis.lrange(inproc.prefix + ALERTS_LIST, 0, -1)]
+    assert [(a["tenant_id"], a["percent"], a["spent_nanos"]) for a in alerts] == [(1, 50, 20_000)]
 
 
 async def test_an_exception_after_admission_answers_502_and_releases_the_hold(inproc):
@@ -116,3 +126,21 @@ def test_usage_is_read_in_both_shapes_and_estimated_when_missing():
     assert (ctx.prompt_tokens, ctx.completion_tokens, ctx.cached_tokens) == (7, 8, 1)
     take_usage(ctx, None)
     assert ctx.usage_estimated and ctx.prompt_tokens == 42
+
+
+async def test_a_dead_workers_requests_are_reaped_for_a_budget_without_a_cap_too(inproc):
+    from gateway.limits import Limiter
+
+    inproc.install(tenant={"budget": tenant_budget(cap=None)})
+    gw = inproc.gw
+    # A worker that admitted a request and died: its entry is in its ledger, it has no lease.
+    gw.limiter, live = Limiter(gw.fast_redis, inproc.prefix, "dead-worker"), gw.limiter
+    ctx = await _admitted(inproc)
+    gw.limiter = live
+    assert ctx.hold.amount == 0  # no cap, nothing held: the case REAP's arithmetic must survive
+    await gw.ledger.reap_once()  # raised "value is not an integer" when the hold was 0
+    assert await inproc.redis.hgetall(live.ledger_key("dead-worker")) == {}
+    # The gateway's own reaper loop may have written the same event first: one id, billed once.
+    assert {(e["error_type"], e["event_id"]) for e in inproc.events()} == {
+        ("worker_lost", ctx.hold.event_id.hex)
+    }
