@@ -37,6 +37,8 @@ class GatewayConfig:
     max_header_bytes: int
     lease_s: float
     journal_s: float
+    # Dotted paths of the request path's hooks, in order (gateway/hooks.py; docs/decisions/0025).
+    hooks: tuple[str, ...] = ()
 
 
 def load_config() -> GatewayConfig:
@@ -69,4 +71,5 @@ def load_config() -> GatewayConfig:
         # How often each stream's delivered-token count is journalled for the reaper (what a kill
         # can leave unbilled is at most this much output).
         journal_s=env_float("GATEWAY_JOURNAL_S", 0.5),
+        hooks=tuple(p.strip() for p in env_str("GATEWAY_HOOKS", "").split(",") if p.strip()),
     )

@@ -117,7 +117,8 @@ for i = 1, 2 do
 end
 if ARGV[4] == '1' then
   redis.call('HSETNX', KEYS[3], 'spent', ARGV[7])
-  local held = redis.call('HINCRBY', KEYS[3], 'held', -tonumber(ARGV[5]))
+  -- 0 - x, not -x: Lua writes -0 as "-0", which HINCRBY refuses (a budget with no cap holds 0).
+  local held = redis.call('HINCRBY', KEYS[3], 'held', 0 - tonumber(ARGV[5]))
   if held < 0 then redis.call('HSET', KEYS[3], 'held', 0) end
   local before = tonumber(redis.call('HGET', KEYS[3], 'spent'))
   local after = redis.call('HINCRBY', KEYS[3], 'spent', tonumber(ARGV[6]))
@@ -153,7 +154,7 @@ for i = 4, #KEYS do
     if ARGV[j + 5] == '1' then
       local b = KEYS[i]
       redis.call('HSETNX', b, 'spent', ARGV[j + 3])
-      local held = redis.call('HINCRBY', b, 'held', -tonumber(ARGV[j + 1]))
+      local held = redis.call('HINCRBY', b, 'held', 0 - tonumber(ARGV[j + 1]))
       if held < 0 then redis.call('HSET', b, 'held', 0) end
       redis.call('HINCRBY', b, 'spent', tonumber(ARGV[j + 2]))
       redis.call('EXPIRE', b, tonumber(ARGV[j + 4]))

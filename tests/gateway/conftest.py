@@ -22,8 +22,14 @@ from procs import free_port
 from tests.conftest import subprocess_env
 
 ROOT = Path(__file__).resolve().parents[2]
-# One prefix per pytest process, the same however often this module is imported.
-PREFIX = os.environ.setdefault("GATEWAY_TEST_PREFIX", f"gwtest-{os.getpid()}-{uuid.uuid4().hex[:6]}:")
+# One prefix per pytest process, the same however often this module is imported. Named per xdist
+# worker: when ``tests/gateway`` is on the command line, the controller imports this file too and its
+# environment is the workers', so one plain name gave both workers the controller's prefix, and each
+# worker's snapshot publishes overwrote the other's keys and routes.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+PREFIX = os.environ.setdefault(
+    f"GATEWAY_TEST_PREFIX_{_WORKER}", f"gwtest-{os.getpid()}-{uuid.uuid4().hex[:6]}:"
+)
 HAS_ENGINE = importlib.util.find_spec("engines.server") is not None
 # The Redis the gateways under test use (they read REDIS_URL too): tests inspect counters there.
 REDIS_URL = os.environ.get("GATEWAY_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
@@ -287,3 +293,16 @@ def publish(gateway_url: str, routes: dict) -> int:
         interval=0.02,
     )
     return version
+
+
+@pytest.fixture
+async def inproc(tmp_path):
+    """A gateway in this process (``tests/gateway/inproc.py``): for the stages' fast tests."""
+    from tests.gateway.inproc import InProc
+
+    g = InProc(tmp_path)
+    await g.start()
+    try:
+        yield g
+    finally:
+        await g.stop()

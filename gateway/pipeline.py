@@ -1,0 +1,66 @@
+"""The request path of the completion endpoints as a pipeline of stages with hooks between them
+(docs/decisions/0025-a-gateway-pipeline-of-stages-and-hooks.md):
+
+    authenticate → parse → [before_route] → route → admit → [before_forward] → forward → settle
+    → [after_response]
+
+The stages live in ``gateway/stages/``, one module each; the hooks are configured
+(``gateway/hooks.py``). Until admission nothing is held and any stage or hook may answer; after it,
+everything runs inside ``settle.guard``, so the request settles whatever fails.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gateway.context import RequestContext
+from gateway.hooks import Hooks, run_all, run_until_reply
+from gateway.replies import send_reply
+from gateway.stages import settle
+from gateway.stages.admit import admit
+from gateway.stages.authenticate import authenticate
+from gateway.stages.forward import forward
+from gateway.stages.parse import parse
+from gateway.stages.route import route
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+
+class Pipeline:
+    """Runs one request through the stages, with the configured hooks at their points."""
+
+    def __init__(self, hooks: Hooks | None = None) -> None:
+        self.hooks = hooks or Hooks()
+
+    async def __call__(self, gw: Gateway, scope, receive, send, kind: str) -> None:
+        hooks = self.hooks
+        ctx = RequestContext(kind)
+        reply = await authenticate(gw, ctx, scope, receive)
+        if reply is None:
+            reply = parse(gw.config, ctx)
+        if reply is None and hooks.before_route:
+            reply = await run_until_reply(hooks.before_route, ctx)
+        if reply is None:
+            reply = route(gw, ctx)
+        if reply is None:
+            reply = await admit(gw, ctx)
+        if reply is not None:
+            # Refused (or answered by a hook before routing): nothing is held.
+            await send_reply(send, reply, ctx.model or None)
+            return
+        if hooks.capture_streams:
+            ctx.response_chunks = []
+        await settle.guard(gw, ctx, send, self._forward(gw, ctx, send, receive))
+        if hooks.after_response:
+            await run_all(hooks.after_response, ctx)
+
+    async def _forward(self, gw: Gateway, ctx: RequestContext, send, receive) -> None:
+        """What follows admission, inside the settle guard."""
+        ctx.target = gw.router.pick(ctx.candidates, ctx.sticky)
+        if self.hooks.before_forward:
+            reply = await run_until_reply(self.hooks.before_forward, ctx)
+            if reply is not None:
+                await settle.answer(gw, ctx, send, reply)
+                return
+        await forward(gw, ctx, send, receive)
