@@ -234,8 +234,8 @@ async def stream(gw: Gateway, ctx: RequestContext, resp, send, receive) -> None:
     tail = b"" if ctx.kind == "responses" else DONE  # a Responses stream ends on its final event
     if ctx.wants_usage and usage_chunk is not None:
         tail = (rewrite(ctx, usage_chunk) if fw.rewrite else usage_chunk) + DONE
-    if fw.capture is not None:
-        fw.capture.append(tail)
+    if ctx.response_chunks is not None:
+        ctx.response_chunks.append(tail)
     await send({"type": "http.response.body", "body": tail, "more_body": False})
     m.child(m.REQUESTS, ctx.model, "200").inc()
 
@@ -248,12 +248,13 @@ class SseForward:
     object is split and parsed: the usage-only chunk and ``[DONE]`` are held back for the request's
     task, which sends them after the usage event is durable. ``finished`` resolves when ``[DONE]``
     arrived, the body ended or broke, or the client went away. When an after-response hook asked to
-    see streams, what went out is also kept in ``ctx.response_chunks`` (``capture``).
+    see streams, what goes out is also kept in ``ctx.response_chunks`` (``push`` is then
+    ``_push_and_keep``, so a stream no hook watches pays nothing for it).
     """
 
     __slots__ = (
         "req", "resp", "pusher", "finished", "buf", "usage", "usage_chunk", "done", "events", "broken",
-        "rewrite", "gone", "capture",
+        "rewrite", "gone", "push",
     )  # fmt: skip
 
     def __init__(self, req: RequestContext, resp, send, loop: asyncio.AbstractEventLoop) -> None:
@@ -271,7 +272,11 @@ class SseForward:
         self.broken: str | None = None
         self.rewrite = req.target.engine_model != req.model
         self.gone = False
-        self.capture = req.response_chunks
+        self.push = self.pusher.push_body if req.response_chunks is None else self._push_and_keep
+
+    def _push_and_keep(self, block: bytes) -> None:
+        self.req.response_chunks.append(block)
+        self.pusher.push_body(block)
 
     def _finish(self) -> None:
         if not self.finished.done():
@@ -311,15 +316,10 @@ class SseForward:
                 return
         else:
             self.events += block.count(b"data:")
-        if self.rewrite:
-            block = rewrite(req, block)
-        if self.capture is not None:
-            self.capture.append(block)
-        pusher = self.pusher
-        pusher.push_body(block)
+        self.push(rewrite(req, block) if self.rewrite else block)
         if self.done:
             self._finish()
-        elif pusher.busy:
+        elif self.pusher.busy:
             self.resp.pause()
 
     def _split(self, block: bytes) -> bytes:

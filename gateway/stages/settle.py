@@ -237,3 +237,6 @@ async def guard(gw: Gateway, ctx: RequestContext, send, work: Awaitable[None]) -
                 await asyncio.shield(commit_delivered(gw, ctx))
         if ledger is not None:
             ledger.active.pop(eid, None)
+        # The stream's forwarder and the context refer to each other: unlinked, the request's objects
+        # (its body among them) go as soon as the request does, not at the next cyclic collection.
+        ctx.fw = None

@@ -4,9 +4,11 @@ process. Every path commits (usage event + settle) before its last bytes."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import orjson
 
+from gateway.context import RequestContext
 from gateway.stages.admit import admit
 from gateway.stages.forward import forward
 from procs import free_port
@@ -108,3 +110,19 @@ async def test_when_nothing_answers_the_client_gets_503_with_retry_after_and_not
     assert int(answer.headers["retry-after"]) >= 1
     assert await inproc.budget() == {"spent": 0, "held": 0}
     assert inproc.events()[0]["http_status"] == 503
+
+
+async def test_a_finished_stream_leaves_nothing_for_the_cyclic_collector(inproc):
+    """The context (holding the parsed body) and the stream's forwarder refer to each other: once
+    the request settled they are unlinked, so refcounting frees them. Otherwise every stream's
+    objects wait for the cyclic collector, which cost the gateway ~4 % of its CPU per request."""
+    inproc.install()
+    gc.collect()
+    gc.disable()
+    try:
+        assert (await inproc.post(chat(stream=True))).status == 200
+        for _ in range(3):
+            await asyncio.sleep(0)  # the disconnect watcher's cancellation runs
+        assert not [o for o in gc.get_objects() if isinstance(o, RequestContext)]
+    finally:
+        gc.enable()
