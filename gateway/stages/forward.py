@@ -13,7 +13,6 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-import aiohttp
 import orjson
 
 from asgistream import BodyPusher
@@ -35,8 +34,8 @@ SSE_HEADERS = [
 DONE = b"data: [DONE]\n\n"
 # Failures to reach a deployment (nothing was answered, so another one may be tried).
 CONNECT_ERRORS = (ConnectionError, OSError, TimeoutError)
-# Failures while reading an answer (aiohttp only for https targets).
-READ_ERRORS = (TimeoutError, ConnectionError, aiohttp.ClientError)
+# Failures while reading an answer (both upstream clients raise these: gateway/upstream.py).
+READ_ERRORS = (TimeoutError, ConnectionError)
 # Answers that say the deployment itself is unavailable, which eject it for ``eject_s``. A 500 may
 # be about one request (vLLM answers 500 for some inputs it cannot handle); ejecting on it would let
 # one tenant's crafted request take a model away from every tenant.
