@@ -3,7 +3,7 @@
 Everything runs in its own processes: simulated vLLM engines in fixed-timing mode
 (``python -m engines.server --fixed-ttft-ms 20 --fixed-tpot-ms 20``: 64 tokens paced at 20 ms), one
 gateway (``python -m gateway``, one worker), and several load-client processes (uvloop, a minimal
-HTTP/1.1 client on ``asyncio.Protocol`` over kept-alive connections that parses no JSON, so the
+HTTP/1.1 client on ``asyncio.Protocol``, ``http1``, over kept-alive connections that parses no JSON, so the
 client is not what is measured and leaves the CPU to what is). The gateway
 runs its full path: key lookup, rate limits and budget hold in Redis (Lua), routing, SSE
 forwarding, the usage event fsynced to its spool before ``[DONE]``, and the settle in Redis.
@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 import orjson  # noqa: E402
 import psutil  # noqa: E402
 
+import http1  # noqa: E402
 from procs import free_port  # noqa: E402
 
 MODEL = "bench-llama"
@@ -227,117 +228,85 @@ def _request_bytes(port: int, secret: str = SECRET) -> bytes:
             "stream": True,
         }
     )
-    head = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {secret}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    headers = [("Authorization", f"Bearer {secret}"), ("Content-Type", "application/json")]
+    return http1.request_bytes(
+        "POST", b"/v1/chat/completions", http1.Origin.of("http", "127.0.0.1", port), headers, body
     )
-    return head.encode() + body
 
 
-class _StreamConn(asyncio.Protocol):
-    """One kept-alive client connection; timing happens in ``data_received``, no task switch per chunk.
+class _Stream:
+    """One stream's sink on its ``http1`` connection; timing happens in ``data_received``, no task
+    switch per chunk.
 
     It needs to tell only when the first SSE event arrived, when the response ended and whether it
-    ended well, so it parses no JSON: a chunked 200 ends with the zero-length chunk, an error answer
-    has a Content-Length body. What the stream client costs, both sides pay alike; keeping it small
-    leaves the 2-core machine to the gateway and the engines being measured.
+    ended well, so it parses no JSON. What the stream client costs, both sides pay alike; keeping it
+    small leaves the 2-core machine to the gateway and the engines being measured.
     """
 
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.done: asyncio.Future | None = None
-        self.closed = False
-        self.t0 = 0.0
+    __slots__ = ("t0", "ttft", "status", "tail", "done")
+
+    def __init__(self, done: asyncio.Future) -> None:
+        self.done = done
+        self.t0 = time.perf_counter()
         self.ttft: float | None = None
         self.status = 0
-        self.head = b""
         self.tail = b""
-        self.length = -1  # Content-Length of an error answer; -1 for chunked
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    def on_head(self, head) -> None:
+        self.status = head.status
 
-    def connection_lost(self, exc) -> None:
-        self.closed = True
-        if self.done is not None and not self.done.done():
-            self.done.set_exception(ConnectionError("closed"))
-
-    def start(self, req: bytes, done: asyncio.Future) -> None:
-        self.done = done
-        self.ttft = None
-        self.status = 0
-        self.head = b""
-        self.tail = b""
-        self.length = -1
-        self.t0 = time.perf_counter()
-        self.transport.write(req)
-
-    def data_received(self, data: bytes) -> None:
-        done = self.done
-        if done is None or done.done():
-            return
-        if not self.status:
-            data = self.head + data
-            end = data.find(b"\r\n\r\n")
-            if end < 0:
-                self.head = data
-                return
-            head, data = data[:end], data[end + 4 :]
-            self.status = int(head[9:12])
-            if self.status != 200:
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        self.length = int(line.split(b":")[1])
-                self.length = max(self.length, 0)
+    def on_body(self, data: bytes) -> None:
         if self.ttft is None and b"data:" in data:
             self.ttft = time.perf_counter() - self.t0
-        if self.length >= 0:
-            self.tail += data
-            if len(self.tail) >= self.length:
-                done.set_result(time.perf_counter() - self.t0)
+        self.tail = (self.tail + data)[-512:]
+
+    def on_end(self, exc: BaseException | None) -> None:
+        if self.done.done():
             return
-        # The last chunk may arrive split over reads: look at what came before too.
-        tail = (self.tail + data)[-512:]
-        self.tail = tail
-        if tail.endswith(b"\r\n0\r\n\r\n") or tail == b"0\r\n\r\n":
-            done.set_result(time.perf_counter() - self.t0)
+        if exc is None:
+            self.done.set_result(time.perf_counter() - self.t0)
+        else:
+            self.done.set_exception(exc)
 
 
 async def _worker(
-    ports: list[int], idx: int, stop_at: float, warm_until: float, out: dict, secret: str = SECRET
+    pool: http1.Pool,
+    ports: list[int],
+    idx: int,
+    stop_at: float,
+    warm_until: float,
+    out: dict,
+    secret: str = SECRET,
 ) -> None:
-    """One closed-loop stream after another over one kept-alive connection."""
+    """One closed-loop stream after another, over kept-alive connections from the process's pool."""
     port = ports[idx % len(ports)]
+    origin = http1.Origin.of("http", "127.0.0.1", port)
     req = _request_bytes(port, secret)
     loop = asyncio.get_running_loop()
-    conn: _StreamConn | None = None
     perf = time.perf_counter
     while perf() < stop_at:
+        conn = None
         try:
-            if conn is None or conn.closed:
-                _, conn = await loop.create_connection(_StreamConn, "127.0.0.1", port)
-            done = loop.create_future()
-            conn.start(req, done)
-            e2e = await done
-            tail = conn.tail
-            ok = conn.status == 200 and b"[DONE]" in tail[-200:] and b'"error"' not in tail[-400:]
-            if conn.t0 >= warm_until:
-                if ok and conn.ttft is not None:
-                    out["ttft"].append(conn.ttft)
+            stream = _Stream(loop.create_future())
+            conn, _ = await pool.request(origin, req, stream)
+            e2e = await stream.done
+            tail = stream.tail
+            ok = stream.status == 200 and b"[DONE]" in tail[-200:] and b'"error"' not in tail[-400:]
+            if stream.t0 >= warm_until:
+                if ok and stream.ttft is not None:
+                    out["ttft"].append(stream.ttft)
                     out["e2e"].append(e2e)
                 else:
                     out["errors"] += 1
-            if not ok:
-                conn.transport.close()
-                conn = None
+            if ok:
+                pool.release(conn)
+            else:
+                conn.close()
         except (OSError, ConnectionError, ValueError):
             out["errors"] += 1
-            if conn is not None and conn.transport is not None:
-                conn.transport.close()
-            conn = None
+            if conn is not None:
+                conn.close()
             await asyncio.sleep(0.05)
-    if conn is not None and conn.transport is not None:
-        conn.transport.close()
 
 
 def _client_process(
@@ -350,16 +319,18 @@ def _client_process(
         await asyncio.sleep(max(0.0, start_at - time.time()))
         perf0 = time.perf_counter()
         out = {"ttft": [], "e2e": [], "errors": 0}
+        pool = http1.Pool(connect_timeout=10.0)
         tasks = []
         for i in range(n):
             tasks.append(
                 asyncio.create_task(
-                    _worker(ports, first + i, perf0 + warm_s + run_s, perf0 + warm_s, out, secret)
+                    _worker(pool, ports, first + i, perf0 + warm_s + run_s, perf0 + warm_s, out, secret)
                 )
             )
             if n > 1:
                 await asyncio.sleep(0.5 / n)
         await asyncio.gather(*tasks)
+        pool.close()
         return out
 
     cpu0 = time.process_time()  # after the imports: the load's own CPU
