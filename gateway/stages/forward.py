@@ -168,9 +168,15 @@ async def unary(gw: Gateway, ctx: RequestContext, resp, send) -> None:
 
 
 async def stream(gw: Gateway, ctx: RequestContext, resp, send, receive) -> None:
+    fw = ctx.fw = SseForward(ctx, resp, send, asyncio.get_running_loop(), gw.pusher)
+    try:
+        await _stream(gw, ctx, resp, send, receive, fw)
+    finally:
+        fw.pusher.close()  # nothing pushed after the stream ended goes out (and a task pusher ends)
+
+
+async def _stream(gw: Gateway, ctx: RequestContext, resp, send, receive, fw: SseForward) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + ctx.headers()})
-    loop = asyncio.get_running_loop()
-    fw = ctx.fw = SseForward(ctx, resp, send, loop)
     # receive() returns http.disconnect when the client goes away.
     disc = asyncio.ensure_future(receive())
     disc.add_done_callback(fw.client_gone)
@@ -256,12 +262,15 @@ class SseForward:
         "rewrite", "gone", "push",
     )  # fmt: skip
 
-    def __init__(self, req: RequestContext, resp, send, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, req: RequestContext, resp, send, loop: asyncio.AbstractEventLoop, pusher=BodyPusher
+    ) -> None:
         self.req = req
         self.resp = resp
         # A slow client pauses the send (uvicorn's flow control): stop reading from the deployment
-        # until it drained, so nothing piles up in the gateway.
-        self.pusher = BodyPusher(send, loop, on_idle=resp.resume)
+        # until it drained, so nothing piles up in the gateway. ``pusher`` is BodyPusher unless
+        # GATEWAY_STREAM_PUSHER chose the ordinary way (asgistream.TaskPusher).
+        self.pusher = pusher(send, loop, on_idle=resp.resume)
         self.finished: asyncio.Future = loop.create_future()
         self.buf = b""
         self.usage: dict | None = None
