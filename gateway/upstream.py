@@ -85,7 +85,10 @@ class _Response:
             w.set_result(None)
         cb = self.end_cb
         if cb is not None:
-            self._stop_callbacks()
+            self.data_cb = self.end_cb = None
+            if self.idle_timer is not None:
+                self.idle_timer.cancel()
+                self.idle_timer = None
             cb(exc)
 
     # --- streaming interface (shared with _AiohttpResponse)
@@ -165,7 +168,8 @@ class _Response:
 
     def release(self) -> None:
         """Back to the pool when the answer was read to the end on a reusable connection."""
-        self._stop_callbacks()
+        if self.end_cb is not None:
+            self._stop_callbacks()
         if self.conn is not None:
             if self.complete and self.error is None:
                 self.pool.pool.release(self.conn)
