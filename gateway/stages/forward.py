@@ -106,6 +106,8 @@ async def forward(gw: Gateway, ctx: RequestContext, send, receive) -> None:
             await unary(gw, ctx, resp, send)
     finally:
         resp.release()
+        if ctx.fw is not None and gw.pusher is not BodyPusher:
+            ctx.fw.pusher.close()  # a task pusher's task ends with its stream (BodyPusher has none)
 
 
 async def upstream_error(gw: Gateway, ctx: RequestContext, resp, send) -> None:
@@ -168,15 +170,8 @@ async def unary(gw: Gateway, ctx: RequestContext, resp, send) -> None:
 
 
 async def stream(gw: Gateway, ctx: RequestContext, resp, send, receive) -> None:
-    fw = ctx.fw = SseForward(ctx, resp, send, asyncio.get_running_loop(), gw.pusher)
-    try:
-        await _stream(gw, ctx, resp, send, receive, fw)
-    finally:
-        fw.pusher.close()  # nothing pushed after the stream ended goes out (and a task pusher ends)
-
-
-async def _stream(gw: Gateway, ctx: RequestContext, resp, send, receive, fw: SseForward) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + ctx.headers()})
+    fw = ctx.fw = SseForward(ctx, resp, send, asyncio.get_running_loop(), gw.pusher)
     # receive() returns http.disconnect when the client goes away.
     disc = asyncio.ensure_future(receive())
     disc.add_done_callback(fw.client_gone)

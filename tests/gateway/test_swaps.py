@@ -77,6 +77,9 @@ async def test_each_swap_runs_its_piece_and_answers_streams_and_unary_requests(s
         # The ordinary way: every chunk is sent by one task of the stream's own, awaiting send.
         [task] = middle
         assert task is not None and task is not request_task[0]
+        for _ in range(3):
+            await asyncio.sleep(0)  # its cancellation runs
+        assert task.done(), "the pusher's task ends with its stream"
     elif http_cls is UpstreamPool:
         # BodyPusher: stepped in the upstream callback (no task) or, for what arrived before the
         # stream began, in the request's own task; never in a task of its own. (aiohttp's reader
