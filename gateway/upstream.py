@@ -5,8 +5,8 @@ Why not aiohttp on the hot path: with paced streams the gateway's work is one re
 per token, and aiohttp's per-chunk machinery (StreamReader, a read-timeout timer rescheduled on
 every chunk, response objects) was ~17% of the gateway's CPU in the profile. Here the body bytes a
 read completed go from ``data_received`` through ``http1``'s decoder to the stream's callback in one
-piece, or, for a request that reads, into a list its task picks up in one piece. aiohttp stays as
-the alternative that ``GATEWAY_UPSTREAM_CLIENT=aiohttp`` selects (``AiohttpUpstream``), which
+piece (or, for an answer read whole, into a list). aiohttp stays as the alternative that
+``GATEWAY_UPSTREAM_CLIENT=aiohttp`` selects (``AiohttpUpstream``), which
 ``python -m benchmarks.gateway --swaps`` measures against this one (docs/decisions/0029).
 """
 
@@ -32,18 +32,13 @@ def _upstream_error(exc: BaseException) -> BaseException:
     return exc
 
 
-def _expire(fut: asyncio.Future, why: str) -> None:
-    if not fut.done():
-        fut.set_exception(TimeoutError(why))
-
-
 class _Response:
     """One answer from a deployment: the sink of its ``http1`` connection, read by the forward stage
-    either in pieces (``read_chunk``/``read_all``) or through callbacks (``stream``)."""
+    whole (``read_all``) or through callbacks (``stream``)."""
 
     __slots__ = (
-        "pool", "conn", "status", "chunks", "complete", "error", "waiter", "data_cb", "end_cb",
-        "last_rx", "idle_timer",
+        "pool", "conn", "status", "chunks", "complete", "error", "waiter", "on_body", "end_cb",
+        "since", "idle_timer", "paused",
     )  # fmt: skip
 
     def __init__(self, pool: UpstreamPool) -> None:
@@ -54,26 +49,18 @@ class _Response:
         self.complete = False
         self.error: BaseException | None = None
         self.waiter: asyncio.Future | None = None
-        # Streaming mode (stream()): body bytes go straight to data_cb, the end to end_cb.
-        self.data_cb: Callable[[bytes], None] | None = None
+        # The connection calls on_body with each read's body: the list keeps it for read_all; a
+        # stream (stream()) puts its own callback there, so a read costs no call of ours. (Not a
+        # method of ours: a bound method stored on self would be a reference cycle per request.)
+        self.on_body: Callable[[bytes], None] = self.chunks.append
         self.end_cb: Callable[[BaseException | None], None] | None = None
-        self.last_rx = 0.0
+        self.since = 0.0
         self.idle_timer: asyncio.TimerHandle | None = None
+        self.paused = False
 
     # --- the connection's sink (called inside data_received)
     def on_head(self, head: http1.Head) -> None:
         self.status = head.status
-
-    def on_body(self, data: bytes) -> None:
-        self.last_rx = time.monotonic()
-        cb = self.data_cb
-        if cb is not None:
-            cb(data)
-            return
-        self.chunks.append(data)
-        w = self.waiter
-        if w is not None and not w.done():
-            w.set_result(None)
 
     def on_end(self, exc: BaseException | None) -> None:
         if exc is None:
@@ -85,13 +72,28 @@ class _Response:
             w.set_result(None)
         cb = self.end_cb
         if cb is not None:
-            self.data_cb = self.end_cb = None
-            if self.idle_timer is not None:
-                self.idle_timer.cancel()
-                self.idle_timer = None
+            self._stop_callbacks()
             cb(exc)
 
-    # --- streaming interface (shared with _AiohttpResponse)
+    # --- what the forward stage calls (aiohttp's adapter below has the same)
+    async def read_all(self) -> bytes:
+        """The whole body; raises what ended it early, or TimeoutError after an idle timeout."""
+        if not self.complete and self.error is None:
+            loop = asyncio.get_running_loop()
+            self.waiter = loop.create_future()
+            self.since = time.monotonic()
+            self.idle_timer = loop.call_later(self.pool.idle_timeout, self._check_idle)
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+                if self.idle_timer is not None:
+                    self.idle_timer.cancel()
+                    self.idle_timer = None
+        if self.error is not None:
+            raise self.error
+        return b"".join(self.chunks)
+
     def stream(
         self, on_data: Callable[[bytes], None], on_end: Callable[[BaseException | None], None]
     ) -> None:
@@ -105,66 +107,46 @@ class _Response:
         if self.complete or self.error is not None:
             on_end(None if self.complete else self.error)
             return
-        self.data_cb, self.end_cb = on_data, on_end
-        self.last_rx = time.monotonic()
+        self.on_body, self.end_cb = on_data, on_end
+        self.since = time.monotonic()
         self.idle_timer = asyncio.get_running_loop().call_later(self.pool.idle_timeout, self._check_idle)
 
     def stop_stream(self) -> None:
         """No more callbacks (the client went away or the answer is complete)."""
-        self._stop_callbacks()
-        self.resume()
+        if self.end_cb is not None:
+            self._stop_callbacks()
+        if self.paused:
+            self.resume()
 
     def _stop_callbacks(self) -> None:
-        self.data_cb = self.end_cb = None
+        self.on_body = self.chunks.append
+        self.end_cb = None
         if self.idle_timer is not None:
             self.idle_timer.cancel()
             self.idle_timer = None
 
     def _check_idle(self) -> None:
+        """The deployment must send something at least every idle timeout (the connection keeps the
+        time of its last read, so nothing is done per read here)."""
         self.idle_timer = None
-        if self.end_cb is None:
+        if (self.end_cb is None and self.waiter is None) or self.conn is None:
             return
-        left = self.last_rx + self.pool.idle_timeout - time.monotonic()
+        left = max(self.since, self.conn.last_read) + self.pool.idle_timeout - time.monotonic()
         if left > 0:
             self.idle_timer = asyncio.get_running_loop().call_later(left, self._check_idle)
-        elif self.conn is not None:
+        else:
             self.conn.abort(TimeoutError("deployment sent nothing"))
 
     def pause(self) -> None:
         """Stop reading from the deployment (the client is slower than the stream)."""
         if self.conn is not None:
+            self.paused = True
             self.conn.pause_reading()
 
     def resume(self) -> None:
         if self.conn is not None:
+            self.paused = False
             self.conn.resume_reading()
-
-    # --- response interface (shared with _AiohttpResponse)
-    async def read_chunk(self) -> bytes | None:
-        """Everything received since the last call; None at the end of the body."""
-        while True:
-            if self.chunks:
-                data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
-                self.chunks = []
-                return data
-            if self.complete:
-                return None
-            if self.error is not None:
-                raise self.error
-            loop = asyncio.get_running_loop()
-            self.waiter = loop.create_future()
-            handle = loop.call_later(self.pool.idle_timeout, _expire, self.waiter, "deployment sent nothing")
-            try:
-                await self.waiter
-            finally:
-                handle.cancel()
-                self.waiter = None
-
-    async def read_all(self) -> bytes:
-        parts = []
-        while (chunk := await self.read_chunk()) is not None:
-            parts.append(chunk)
-        return b"".join(parts)
 
     def release(self) -> None:
         """Back to the pool when the answer was read to the end on a reusable connection."""

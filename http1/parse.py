@@ -85,8 +85,9 @@ class Head:
 class ResponseParser:
     """One connection's responses, one after another: ``begin()`` before each, then ``feed`` every
     read. Raises ``ProtocolError`` for what is not a response (a 101 included: nothing here asks to
-    switch protocols) and for bytes after the response's end (no pipelining). Trailers are read and
-    dropped."""
+    switch protocols) and for a response after the response (no pipelining); the start of one left
+    in llhttp makes the next exchange on the connection fail with a ``ProtocolError``, never read
+    as its answer. Trailers are read and dropped."""
 
     __slots__ = (
         "head", "complete", "keep_alive", "_p", "_body", "_raw", "_start", "_interim", "_extra", "on_body",
@@ -118,17 +119,12 @@ class ResponseParser:
             self._raw = self._raw + data if self._raw else data
         try:
             self._p.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            raise self._error("the server switched protocols (101), which no request asked for") from None
-        except httptools.HttpParserError as exc:
-            raise self._error(f"malformed response: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - llhttp's errors (and a callback's), reworded
+            raise self.error_for(exc) from None
         if self._extra:
-            raise self._error("bytes after the end of the response")
+            raise self.error_for(None)
         if self.head is None and len(self._raw) > MAX_HEAD_BYTES:
             raise self._error(f"a response head larger than {MAX_HEAD_BYTES} bytes")
-        return self._take()
-
-    def _take(self) -> bytes:
         body = self._body
         if not body:
             return b""
@@ -136,9 +132,22 @@ class ResponseParser:
         body.clear()
         return out
 
+    def error_for(self, exc: BaseException | None) -> ProtocolError:
+        """The ``ProtocolError`` for what ``feed_data`` raised (``None``: a response after the
+        response), carrying the body bytes taken before it."""
+        if exc is None:
+            return self._error("bytes after the end of the response")
+        if isinstance(exc, httptools.HttpParserUpgrade):
+            return self._error("the server switched protocols (101), which no request asked for")
+        if isinstance(exc, httptools.HttpParserError):
+            return self._error(f"malformed response: {exc}")
+        raise exc
+
     def _error(self, message: str) -> ProtocolError:
         exc = ProtocolError(message)
-        exc.body = self._take()
+        body = self._body
+        exc.body = b"".join(body)
+        body.clear()
         return exc
 
     def eof(self) -> None:
@@ -153,11 +162,10 @@ class ResponseParser:
         self.complete = True
 
     # --- llhttp's callbacks
-    def on_message_begin(self) -> None:
-        if self.complete:
-            self._extra = True
-
     def on_headers_complete(self) -> None:
+        if self.complete:  # a second response in the read that ended this one
+            self._extra = True
+            return
         p = self._p
         status = p.get_status_code()
         if status < 200:  # 100 Continue, 103 Early Hints: the response follows
@@ -170,6 +178,8 @@ class ResponseParser:
         self._raw = b""
 
     def on_message_complete(self) -> None:
+        if self._extra:
+            return
         if self._interim:
             self._interim = False
             self._start = self._raw.find(b"\r\n\r\n", self._start) + 4

@@ -178,12 +178,20 @@ def test_responses_follow_each_other_on_one_parser():
             "Transfer-Encoding can't be present with Content-Length",
         ),
         (head("Upgrade: x", "Connection: upgrade", status="101 Switching"), "switched protocols"),
-        (head("Content-Length: 1") + b"xHTTP/1.1 200 OK\r\n", "bytes after the end of the response"),
+        (head("Content-Length: 1") + b"x" + head("Content-Length: 0"), "bytes after the end of the response"),
     ],
 )
 def test_what_is_not_http_1_1_is_refused_with_what_was_wrong(raw, message):
     with pytest.raises(ProtocolError, match=message):
         feed_all(raw, [])
+
+
+def test_the_start_of_a_response_left_after_one_fails_the_next_exchange_instead_of_answering_it():
+    p = ResponseParser()
+    assert p.feed(head("Content-Length: 1") + b"x" + b"HTTP/1.1 200 OK\r\n") == b"x" and p.complete
+    p.begin()
+    with pytest.raises(ProtocolError, match="malformed response"):
+        p.feed(head("Content-Length: 2") + b"ok")
 
 
 def test_an_error_hands_over_what_the_read_completed_before_it():
