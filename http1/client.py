@@ -11,7 +11,8 @@ a *sink*, an object with three methods called from inside ``data_received``:
   ``ConnectionClosed``, ``TimeoutError``) that ended it.
 
 An exchange that fails before its head reaches the sink not at all: the future ``request`` returned
-fails instead, so a caller can retry on a fresh connection without the sink having seen anything.
+fails instead, so a caller can retry on a fresh connection without the sink having seen anything
+(a caller that asked for no such future, awaiting only its sink, gets the failure in ``on_end``).
 One exchange at a time per connection; no pipelining.
 """
 
@@ -110,9 +111,11 @@ class Connection(asyncio.Protocol):
         self.last_read = 0.0  # time.monotonic() of the last read: for a caller's idle deadline
 
     # --- the exchange --------------------------------------------------------------------------
-    def request(self, data: bytes, sink) -> asyncio.Future:
+    def request(self, data: bytes, sink, *, head_future: bool = True) -> asyncio.Future | None:
         """Send ``data`` (a whole request) and hand the response to ``sink``; returns a future of
-        the response head, which fails when the exchange fails before the head arrived."""
+        the response head, which fails when the exchange fails before the head arrived. With
+        ``head_future=False`` (a caller that awaits only its sink) there is none, and a failure
+        before the head goes to ``sink.on_end`` too."""
         if self.sink is not None:
             raise RuntimeError("a connection carries one exchange at a time")
         if self.transport is None or self.transport.is_closing():
@@ -123,7 +126,7 @@ class Connection(asyncio.Protocol):
         self.error = None
         self.complete = False
         self.parser.begin()
-        fut = self.head_waiter = asyncio.get_running_loop().create_future()
+        fut = self.head_waiter = asyncio.get_running_loop().create_future() if head_future else None
         self.transport.write(data)
         return fut
 

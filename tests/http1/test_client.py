@@ -153,6 +153,25 @@ async def test_a_fresh_connection_closed_before_an_answer_is_an_error():
         pool.close()
 
 
+async def test_without_a_head_future_everything_reaches_the_sink():
+    """A caller that awaits only its sink (the benchmark's load client): the answer through it, and
+    a failure before the head too, at on_end, with no on_head before it."""
+    async with Server(lambda n: CHUNKED_OK if n == 1 else None) as srv:
+        pool = http1.Pool(connect_timeout=5)
+        conn = await pool.acquire(srv.origin())
+        sink = Sink()
+        assert conn.request(post(srv.origin()), sink, head_future=False) is None
+        assert await asyncio.wait_for(sink.ended, 10) is None and sink.head.status == 200
+        pool.release(conn)
+        conn = await pool.acquire(srv.origin())
+        assert conn.reused
+        sink = Sink()
+        conn.request(post(srv.origin()), sink, head_future=False)
+        exc = await asyncio.wait_for(sink.ended, 10)
+        assert isinstance(exc, http1.ConnectionClosed) and exc.before_response and sink.head is None
+        pool.close()
+
+
 async def test_a_connection_cut_mid_body_ends_the_exchange_with_what_arrived():
     cut = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n9\r\ndata"
     async with Server(lambda n: Close(cut)) as srv:
