@@ -10,9 +10,9 @@ The bytes are parsed by llhttp, Node.js's parser, through ``httptools`` (which u
 strict by default, it refuses obsolete line folding, whitespace before a colon, bad chunk sizes,
 conflicting ``Content-Length`` values and ``Content-Length`` beside ``Transfer-Encoding``, and
 handles chunk extensions, trailers, 204/304 and 1xx. Per chunk it calls ``list.append`` (C, no
-Python frame); per response, three small Python callbacks. A parser written in Python cost 4.5
-times as much per response and 6 times as much per chunk on the dev machine, h11 60 times as much
-(``python -m benchmarks.http1_parsers``, docs/decisions/0029).
+Python frame); per response, two small Python callbacks. On the dev machine a straightforward
+decoder in Python cost 2 to 3 times as much per answer that arrives in one read and 4 to 6 times
+as much per paced chunk, h11 20 to 70 times (``python -m benchmarks.http1_parsers``, ADR 0029).
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def copy_of_the_code(tmp_path_factory) -> Path:
         ("gateway/_probe.py", "from core.text import REASON_MAX_CHARS\n", "Libraries (engines"),
         ("snapshot/_probe.py", "import gateway.limits\n", "envconf, snapshot and http1, the leaves"),
         ("envconf/_probe.py", "import django.conf\n", "envconf, snapshot and http1, the leaves"),
-        ("http1/_probe.py", "from gateway.upstream import UpstreamError\n", "envconf, snapshot and http1, the leaves"),
+        ("http1/_probe.py", "import gateway.upstream\n", "envconf, snapshot and http1, the leaves"),
         ("http1/_probe.py", "import envconf\n", "envconf, snapshot and http1, the leaves"),
         ("http1/_probe.py", "import django.conf\n", "envconf, snapshot and http1, the leaves"),
         ("audit/_probe.py", "import catalog.selectors\n", "The audit app is a leaf"),
