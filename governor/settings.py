@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "pgtrigger",
     "governor",
+    "events",
     "audit",
     "catalog",
     "billing",
@@ -280,6 +281,22 @@ BENCHMARK_API_KEY = env_str("BENCHMARK_API_KEY", "")
 # eval gates; the catalog's lifecycle and the rollouts, a layer below, ask it through
 # ``catalog.promotion``, which calls the function named here (ADR 0027).
 GOVERNOR_PROMOTION_RULE = "evaluations.selectors.gates.version_promotion"
+
+# The event spine (ADR 0030): which reactions follow which events. A key is an event kind (a
+# governed change's audit action, or an operational signal named '<app>.<what happened>'), a
+# 'prefix.*' or '*'; a value lists dotted paths, each living in the app that owns the action and
+# imported at dispatch time (a system check refuses one that does not import). Delivery is at least
+# once: every reaction is idempotent.
+GOVERNOR_REACTIONS: dict[str, list[str]] = {}
+# A failed reaction is retried after 2 s, 4 s, 8 s … up to this cap, and given up (shown as failed
+# in the admin and by ``manage.py events``) after this many attempts.
+EVENTS_RETRY_BASE_S = env_float("EVENTS_RETRY_BASE_S", 2.0)
+EVENTS_RETRY_MAX_S = env_float("EVENTS_RETRY_MAX_S", 300.0)
+EVENTS_MAX_ATTEMPTS = env_int("EVENTS_MAX_ATTEMPTS", 12)
+# Beat period of ``events.sweep`` (what the after-commit dispatch missed, and retries), and how long
+# settled events stay in the outbox.
+EVENTS_SWEEP_S = env_float("EVENTS_SWEEP_S", 5.0)
+EVENTS_KEEP_DAYS = env_float("EVENTS_KEEP_DAYS", 7.0)
 
 # Outbound calls to URLs users set (tenant webhooks) never reach loopback, private, link-local or
 # metadata addresses (core.outbound, ADR 0016), except the destinations listed here by the
