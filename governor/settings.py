@@ -287,7 +287,17 @@ GOVERNOR_PROMOTION_RULE = "evaluations.selectors.gates.version_promotion"
 # 'prefix.*' or '*'; a value lists dotted paths, each living in the app that owns the action and
 # imported at dispatch time (a system check refuses one that does not import). Delivery is at least
 # once: every reaction is idempotent.
-GOVERNOR_REACTIONS: dict[str, list[str]] = {}
+GOVERNOR_REACTIONS = {
+    # billing: the gateway's tenancy section follows keys, tenants, limits, budgets and prices.
+    "tenant.*": ["billing.reactions.tenancy_publish"],
+    "apikey.*": ["billing.reactions.tenancy_publish"],
+    "tenantlimits.*": ["billing.reactions.tenancy_publish"],
+    "price.*": ["billing.reactions.tenancy_publish"],
+    "budget.create": ["billing.reactions.tenancy_publish", "billing.reactions.refusal_mark_clear"],
+    "budget.update": ["billing.reactions.tenancy_publish", "billing.reactions.refusal_mark_clear"],
+    "budget.delete": ["billing.reactions.tenancy_publish"],
+    "billing.webhook_queued": ["billing.reactions.webhook_enqueue"],
+}
 # A failed reaction is retried after 2 s, 4 s, 8 s … up to this cap, and given up (shown as failed
 # in the admin and by ``manage.py events``) after this many attempts.
 EVENTS_RETRY_BASE_S = env_float("EVENTS_RETRY_BASE_S", 2.0)
