@@ -297,6 +297,17 @@ GOVERNOR_REACTIONS = {
     "budget.update": ["billing.reactions.tenancy_publish", "billing.reactions.refusal_mark_clear"],
     "budget.delete": ["billing.reactions.tenancy_publish"],
     "billing.webhook_queued": ["billing.reactions.webhook_enqueue"],
+    # deployments: Ray follows desired state; the gateway's routes section follows what it may route to.
+    "deployment.*": ["deployments.reactions.reconcile", "deployments.reactions.routes_publish"],
+    "modelroute.*": ["deployments.reactions.routes_publish"],
+    "model_route.*": ["deployments.reactions.routes_publish"],
+    "routetarget.*": ["deployments.reactions.routes_publish"],
+    "route.*": ["deployments.reactions.routes_publish"],
+    "deployments.status_changed": ["deployments.reactions.routes_publish"],
+    "deployments.cluster_unreachable": ["deployments.reactions.routes_publish"],
+    "rollout.start": ["deployments.reactions.rollout_kick"],
+    "rollout.resume": ["deployments.reactions.rollout_kick"],
+    "deployments.analysis_due": ["deployments.reactions.analysis_enqueue"],
 }
 # A failed reaction is retried after 2 s, 4 s, 8 s … up to this cap, and given up (shown as failed
 # in the admin and by ``manage.py events``) after this many attempts.
