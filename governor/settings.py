@@ -308,6 +308,12 @@ GOVERNOR_REACTIONS = {
     "rollout.start": ["deployments.reactions.rollout_kick"],
     "rollout.resume": ["deployments.reactions.rollout_kick"],
     "deployments.analysis_due": ["deployments.reactions.analysis_enqueue"],
+    # evaluations: a queued run's task is enqueued (its lifecycle claims it once).
+    "evaluations.benchmark_run_queued": ["evaluations.reactions.benchmark_run_enqueue"],
+    "evaluations.cross_check_queued": ["evaluations.reactions.cross_check_enqueue"],
+    "evaluations.eval_run_queued": ["evaluations.reactions.eval_run_enqueue"],
+    "evaluations.gate_run_queued": ["evaluations.reactions.gate_run_enqueue"],
+    "evaluations.capacity_plan_queued": ["evaluations.reactions.capacity_plan_enqueue"],
 }
 # A failed reaction is retried after 2 s, 4 s, 8 s … up to this cap, and given up (shown as failed
 # in the admin and by ``manage.py events``) after this many attempts.
