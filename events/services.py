@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -64,7 +65,9 @@ def emit(
             f"An event kind is '<noun>.<verb>' or '<app>.<signal>' in ≤ 100 characters: {kind!r}"
         )
     paths = reactions_for(kind)
-    with transaction.atomic():
+    # Inside the caller's block (no savepoint of its own: the caller's transaction is the unit);
+    # outside any, its own transaction, so the event and its deliveries commit together.
+    with nullcontext() if connection.in_atomic_block else transaction.atomic():
         event = Event.objects.create(
             kind=kind, subject=_subject(subject), payload=payload or {}, audit_event=audit_event
         )
@@ -80,7 +83,8 @@ def emit(
 class _AfterCommit:
     """The one dispatch a transaction registers, holding the deliveries its emits created."""
 
-    def __init__(self) -> None:
+    def __init__(self, block: tuple[str, ...]) -> None:
+        self.block = block
         self.ids: list[int] = []
 
     def __call__(self) -> None:
@@ -93,11 +97,18 @@ class _AfterCommit:
 
 
 def _dispatch_after_commit(ids: list[int]) -> None:
+    """Add ``ids`` to the dispatch this transaction registered, or register it.
+
+    One per top-level block of the transaction: the transaction itself, or a savepoint directly
+    under it (a nested service's ``atomic``). A transaction of one service registers one; a test's
+    transaction registers one per service call, which is what ``captureOnCommitCallbacks`` sees.
+    """
+    block = tuple(connection.savepoint_ids[:1])
     for _, func, _ in connection.run_on_commit:
-        if isinstance(func, _AfterCommit):
+        if isinstance(func, _AfterCommit) and func.block == block:
             func.ids.extend(ids)
             return
-    hook = _AfterCommit()
+    hook = _AfterCommit(block)
     hook.ids.extend(ids)
     transaction.on_commit(hook)
 

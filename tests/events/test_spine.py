@@ -84,6 +84,20 @@ def test_one_dispatch_per_transaction_delivers_its_events_right_after_commit(
 
 
 @pytest.mark.django_db
+def test_a_later_block_of_a_transaction_registers_its_own_dispatch(
+    settings, django_capture_on_commit_callbacks
+):
+    """A test's transaction never commits: a service call captured later must not hand its
+    deliveries to a dispatch an earlier call registered outside the captured block."""
+    settings.GOVERNOR_REACTIONS = {"thing.*": [R + "in_process"]}
+    with transaction.atomic():
+        emit("thing.change")  # its dispatch waits for a commit that never comes
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        later = emit("thing.change")
+    assert [pk for pk, _ in reactions.CALLS] == [later.pk]
+
+
+@pytest.mark.django_db
 def test_a_coalescing_reaction_runs_once_for_every_due_delivery_with_the_newest_event(settings):
     settings.GOVERNOR_REACTIONS = {"thing.*": [R + "snapshot"]}
     events = [emit("thing.change") for _ in range(4)]
