@@ -20,6 +20,7 @@ from billing.selectors.spend import PeriodSpend, period_bounds, period_spend
 from billing.services.gateway_config import gateway_prefix, gateway_redis
 from billing.services.notifications import budget_notification_create
 from core.text import REASON_MAX_CHARS
+from events.services import emit
 from snapshot.contract import ALERTS_LIST, budget_hash_key
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,19 @@ def _alert_create(
                 kind=kind,
                 percent=percent,
                 spent_nanos=spent_nanos,
+            )
+            # An operational signal outside the chain, for the reactions that will notify (issue 28).
+            emit(
+                "billing.budget_cap_reached"
+                if kind == BudgetAlert.Kind.CAP
+                else "billing.budget_threshold_crossed",
+                subject=alert,
+                payload={
+                    "tenant_id": tenant_id,
+                    "period": period_key,
+                    "percent": percent,
+                    "spent_nanos": spent_nanos,
+                },
             )
     except IntegrityError:
         return 0  # another worker recorded it first: it notifies, not us

@@ -569,7 +569,19 @@ def analysis_run_execute(*, run_id: int) -> AnalysisRun:
         log.exception("analysis run %s failed", run_id)
         fields = {"verdict": AnalysisVerdict.ERROR, "error": f"{type(exc).__name__}: {exc}"}
     fields["finished_at"] = timezone.now()
-    AnalysisRun.objects.filter(pk=run.pk, verdict=AnalysisVerdict.RUNNING).update(**fields)
+    with transaction.atomic():
+        stored = AnalysisRun.objects.filter(pk=run.pk, verdict=AnalysisVerdict.RUNNING).update(**fields)
+        if stored and fields["verdict"] in (AnalysisVerdict.FAILED, AnalysisVerdict.ERROR):
+            # An operational signal outside the chain (the abort that follows is audited).
+            emit(
+                "deployments.analysis_failed",
+                subject=run,
+                payload={
+                    "rollout": rollout.pk,
+                    "verdict": fields["verdict"],
+                    "failed_checks": fields.get("failed_checks"),
+                },
+            )
     rollout_advance(rollout_id=rollout.pk)
     run.refresh_from_db()
     return run

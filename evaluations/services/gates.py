@@ -356,6 +356,18 @@ def _decide(
                 "checks": decision.checks,
             },
         )
+        if verdict in (Verdict.FAILED, Verdict.ERROR):
+            # An operational signal beside the audited decision, for reactions that warn someone.
+            emit(
+                "evaluations.gate_failed",
+                subject=decision,
+                payload={
+                    "gate_run": run.pk,
+                    "version": run.model_version_id,
+                    "kind": kind,
+                    "verdict": verdict,
+                },
+            )
     return decision
 
 
