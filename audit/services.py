@@ -32,6 +32,7 @@ from audit.selectors import chain_head, event_record
 from audit.signing import signing_key
 from audit.store import event_insert, events_seal
 from audit.witness_state import WitnessBroken, trusted_keys
+from events.services import emit
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,8 @@ def audit_record(
     """Append one event. ``target`` fills object type/id/repr (``app_label.model``) when given.
 
     ``action`` is ``<noun>.<verb>`` (``model_version.transition``, ``price.publish``). Only changed
-    fields belong in ``before``/``after``.
+    fields belong in ``before``/``after``. The event is also emitted into the event spine under its
+    action, so the reactions registered for it run after commit.
     """
     if target is not None:
         object_type = object_type or target._meta.label_lower
@@ -143,6 +145,14 @@ def audit_record(
     # Signed now, with a key PostgreSQL never sees: the seal refuses any row without a valid one.
     fields["signature"] = key.sign(event_message({**fields, "at": at.astimezone(dt.UTC).isoformat()}))
     event = event_insert(fields={**fields, "at": at})
+    # The same change enters the event spine's outbox (ADR 0030): reactions that follow governed
+    # changes (a snapshot publish, a reconcile) are registered for its action in GOVERNOR_REACTIONS.
+    emit(
+        action,
+        subject=f"{object_type}:{object_id}" if object_type else "",
+        payload={"object_type": object_type, "object_id": str(object_id), "tenant_id": tenant_id},
+        audit_event=event.seq,
+    )
     if not any(func is audit_seal_soon for _, func, _ in connection.run_on_commit):
         transaction.on_commit(audit_seal_soon)
     return event

@@ -5,27 +5,63 @@ turns ``jsonschema``'s errors into ``(path, message)`` pairs such as
 ``("steps", 2, "weight"), "must be between 0 and 100 (got 150)"``. Callers key the messages by
 the path the way their form, API or service names fields. A subschema's ``title`` is added to its
 messages, so units and meaning travel with the bound (``rate (req/s): must be at most 100,000``).
+
+Two libraries, one verdict. ``jsonschema`` walks a document in Python at about 0.2 ms per array
+item here, so a workload of 100,000 length pairs (the most it may hold) took 20 s to validate,
+inside a request. ``jsonschema-rs`` (a compiled Draft 2020-12 validator) answers "valid?" for the
+same document in about 60 ms; only a document it refuses goes through ``jsonschema``, whose errors
+carry the paths, titles and bounds the messages are made of. The two agree on what is valid (a
+test holds them to it on generated documents): where ``jsonschema-rs`` cannot read a Python value
+(bytes, a set, a date) or refuses it, ``jsonschema`` decides. An array longer than its ``maxItems``
+is refused for that alone, without checking each item, so an oversized document costs no more than
+a valid one.
 """
 
 from __future__ import annotations
 
 import math
 
+import jsonschema_rs
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.validators import extend
 
-# JSON has no NaN or infinity, but Python callers can pass them and they slip past every bound
-# (NaN compares false both ways): a number here is finite.
+_CHECKER = Draft202012Validator.TYPE_CHECKER
+_ITEMS = Draft202012Validator.VALIDATORS["items"]
+
+
+def _items_unless_too_many(validator, items, instance, schema):
+    if validator.is_type(instance, "array") and len(instance) > schema.get("maxItems", math.inf):
+        return  # ``maxItems`` reports it; the items of an array that is refused anyway are not read
+    yield from _ITEMS(validator, items, instance, schema)
+
+
 Validator = extend(
     Draft202012Validator,
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
-        "number",
-        lambda checker, value: (
-            Draft202012Validator.TYPE_CHECKER.is_type(value, "number") and math.isfinite(value)
-        ),
+    validators={"items": _items_unless_too_many},
+    type_checker=_CHECKER.redefine_many(
+        {
+            # JSON has no NaN or infinity, but Python callers can pass them and they slip past every
+            # bound (NaN compares false both ways): a number here is finite.
+            "number": lambda checker, value: _CHECKER.is_type(value, "number") and math.isfinite(value),
+            # A tuple is a list to a Python caller, and to jsonschema-rs.
+            "array": lambda checker, value: isinstance(value, list | tuple),
+        }
     ),
 )
+
+_COMPILED: dict[int, tuple[dict, object]] = {}
+
+
+def _compiled(schema: dict):
+    """``jsonschema-rs``'s validator for ``schema``, compiled once per schema object."""
+    hit = _COMPILED.get(id(schema))
+    if hit is None or hit[0] is not schema:
+        if len(_COMPILED) >= 512:  # schemas built per call would otherwise pile up
+            _COMPILED.clear()
+        hit = _COMPILED[id(schema)] = (schema, jsonschema_rs.validator_for(schema))
+    return hit[1]
+
 
 _TYPE_WORDS = {
     "integer": "a whole number",
@@ -109,6 +145,11 @@ def schema_errors(schema: dict, document: object, *, at: tuple = ()) -> list[tup
     alone; the path tuple lets callers key it by field. ``at`` is where the document sits in what
     the caller received (``("workload",)``), so the messages name the field as the caller sent it.
     """
+    try:
+        if _compiled(schema).is_valid(document):
+            return []
+    except (ValueError, TypeError, OverflowError):
+        pass  # a Python value JSON has no word for: jsonschema says what is wrong with it
     found = []
     for error in Validator(schema).iter_errors(document):
         path, title, rule = _where(error)

@@ -32,6 +32,7 @@ from deployments.compiler import (
 from deployments.constants import RAY_APP_STATUS, TRANSITIONAL, DesiredState, EventKind, Status
 from deployments.models import Deployment, DeploymentEvent, ReconcileRun
 from deployments.ray_client import RayRejected, RayUnreachable
+from events.services import emit
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +311,8 @@ def _mark_unreachable(error: str) -> None:
             changed = True
         _apply(d, fields)
     if changed:
-        _publish_routes()
+        # The signal "a deployment is unreachable" (issue 28), and the gateway stops routing to it.
+        _publish_routes("deployments.cluster_unreachable")
 
 
 @transaction.atomic
@@ -338,10 +340,10 @@ def _apply(d: Deployment, fields: dict) -> None:
         )
 
 
-def _publish_routes() -> None:
-    from deployments.services import routes_section_publish_on_commit
-
-    routes_section_publish_on_commit()
+def _publish_routes(kind: str = "deployments.status_changed") -> None:
+    """What the gateway may route to changed: an operational signal outside the audit chain, which
+    republishes the ``routes`` section after commit (``deployments.reactions.routes_publish``)."""
+    emit(kind)
 
 
 def _prune_runs() -> None:

@@ -1,7 +1,8 @@
 """Deployment and routing writes. Views and the API call these; they own validation and transactions.
 
-Every change ends with two ``transaction.on_commit`` hooks: a reconcile task (so Ray follows the
-new desired state) and, when the routing table changed, the gateway snapshot publish.
+Every change records its audit event, and the event spine reacts after commit (ADR 0030): a
+``deployment.*`` change enqueues a reconcile (so Ray follows the new desired state) and every change
+to what the gateway routes republishes the ``routes`` section (``deployments.reactions``).
 """
 
 from __future__ import annotations
@@ -155,20 +156,6 @@ def _raise_preflight(preflight: Preflight) -> None:
 # --- hooks ---------------------------------------------------------------------------------------
 
 
-def reconcile_on_commit(*, trigger: str) -> None:
-    """Ask a worker to reconcile once this transaction commits (the beat catches up if this fails)."""
-
-    def _enqueue() -> None:
-        from deployments.tasks import reconcile
-
-        try:
-            reconcile.delay(trigger=trigger)
-        except Exception:  # noqa: BLE001 - broker down: the beat schedule reconciles later
-            log.exception("could not enqueue a reconcile; the periodic one will catch up")
-
-    transaction.on_commit(_enqueue)
-
-
 def routes_section_publish() -> int:
     """Publish the ``routes`` section of the gateway snapshot; returns the snapshot's new version."""
     client = redis.Redis.from_url(getattr(settings, "GATEWAY_REDIS_URL", None) or settings.REDIS_URL)
@@ -179,18 +166,6 @@ def routes_section_publish() -> int:
         )
     finally:
         client.close()
-
-
-def routes_section_publish_on_commit() -> None:
-    """Republish the routes after commit (a failed publish is retried by the reconciler's next pass)."""
-
-    def _publish() -> None:
-        try:
-            routes_section_publish()
-        except Exception:  # noqa: BLE001 - Redis down: the periodic republish catches up
-            log.exception("gateway routes publish failed")
-
-    transaction.on_commit(_publish)
 
 
 def _event(deployment: Deployment, kind: str, actor, message: str = "", before=None, after=None) -> None:
@@ -214,8 +189,6 @@ def _changed(deployment: Deployment, kind: str, actor, message: str = "", before
         after=after,
         reason=message,
     )
-    reconcile_on_commit(trigger=kind)
-    routes_section_publish_on_commit()
 
 
 # --- deployments ---------------------------------------------------------------------------------
@@ -368,7 +341,6 @@ def model_route_save(*, route: ModelRoute, actor, allowed_tenants=None, reason: 
                 after={"allowed_tenants": after},
                 reason=reason or ("route restricted to tenants" if after else "route open to every tenant"),
             )
-    routes_section_publish_on_commit()
     return route
 
 
@@ -394,7 +366,6 @@ def model_route_free_set(*, route: ModelRoute, free: bool, reason: str, actor) -
         after={"free": free, "free_reason": route.free_reason},
         reason=reason,
     )
-    routes_section_publish_on_commit()
     return route
 
 
@@ -402,7 +373,6 @@ def model_route_free_set(*, route: ModelRoute, free: bool, reason: str, actor) -
 def model_route_delete(*, route: ModelRoute, actor, reason: str = "") -> None:
     audit_delete(actor=actor, instance=route, reason=reason)
     route.delete()
-    routes_section_publish_on_commit()
 
 
 def _check_target(deployment: Deployment, weight: int) -> None:
@@ -430,7 +400,6 @@ def route_target_set(
         route=route, deployment=deployment, defaults={"weight": weight}
     )
     audit_save(actor=actor, instance=target, before=before, reason=reason)
-    routes_section_publish_on_commit()
     return target
 
 
@@ -462,14 +431,12 @@ def route_weights_set(
             reason=reason,
             evidence=evidence,
         )
-    routes_section_publish_on_commit()
 
 
 @transaction.atomic
 def route_target_delete(*, target: RouteTarget, actor, reason: str = "") -> None:
     audit_delete(actor=actor, instance=target, reason=reason)
     target.delete()
-    routes_section_publish_on_commit()
 
 
 # --- fault injection (simulated engines) --------------------------------------------------------

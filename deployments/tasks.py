@@ -1,6 +1,7 @@
 """Celery tasks of the deployments app: thin wrappers around ``deployments.reconciler``.
 
-- ``deployments.reconcile``: enqueued on every change (``transaction.on_commit``) and by beat
+- ``deployments.reconcile``: enqueued after every change (the event spine's
+  ``deployments.reactions.reconcile``) and by beat
   (``workers.celery`` schedule, every ``RAY_RECONCILE_INTERVAL_S``). Retries with exponential
   backoff and jitter while Ray is unreachable (beat runs do not retry: the next tick is the retry).
 - ``deployments.watch``: polls Ray's status every second while an application is changing, so the

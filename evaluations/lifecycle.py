@@ -31,13 +31,11 @@ from evaluations.models.runs import Run
 log = logging.getLogger(__name__)
 
 ERROR_CHARS = 5000
-# A live run writes its heartbeat at least every few seconds: this much silence means no worker has it.
-STALE_AFTER_S = 120.0
 
 
 def _values(model: type[Run], own: dict, fields: dict) -> dict:
     """The lifecycle's own values for the columns this kind of run has (a capacity plan keeps no
-    times, heartbeat or message), then the caller's ``fields`` as given (a misspelt one fails)."""
+    progress message or task id), then the caller's ``fields`` as given (a misspelt one fails)."""
     names = {f.name for f in model._meta.concrete_fields}
     return {**{k: v for k, v in own.items() if k in names}, **fields}
 
@@ -91,7 +89,7 @@ def run_cancel(model: type[Run], *, pk: int, actor) -> bool:
 
 
 def reaped_models() -> list[type[Run]]:
-    """Every kind of run that keeps a heartbeat (a capacity plan is one short task and keeps none)."""
+    """Every kind of run: each keeps a heartbeat (a capacity plan's is written once, when claimed)."""
     return [
         m
         for m in apps.get_app_config("evaluations").get_models()
@@ -99,14 +97,18 @@ def reaped_models() -> list[type[Run]]:
     ]
 
 
-def runs_reap_stale(model: type[Run], *, stale_after_s: float = STALE_AFTER_S) -> int:
+def runs_reap_stale(model: type[Run], *, stale_after_s: float | None = None) -> int:
     """Fail this kind's running runs whose heartbeat stopped (their worker died); returns how many.
+
+    Stale means silent for longer than ``stale_after_s``, by default the kind's ``STALE_AFTER_S``.
 
     Safe to call at any time and from several places at once: each row moves once. Work a reaped
     gate run had not decided stays undecided, so its version stays blocked until the gates run again.
     """
+    if stale_after_s is None:
+        stale_after_s = model.STALE_AFTER_S
     now = timezone.now()
-    values = {
+    own = {
         "status": model.FAILED,
         "finished_at": now,
         "progress_message": f"{model.FAILED}: the worker stopped reporting",
@@ -115,7 +117,7 @@ def runs_reap_stale(model: type[Run], *, stale_after_s: float = STALE_AFTER_S) -
     stale = model.objects.filter(
         status=model.RUNNING, heartbeat_at__lt=now - timedelta(seconds=stale_after_s)
     )
-    return stale.update(**values)
+    return stale.update(**_values(model, own, {}))
 
 
 class Heartbeat:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from evaluations.lifecycle import RunTask
+from evaluations.models.cost import CapacityPlan
 
 
 @shared_task(
@@ -72,8 +73,8 @@ def gate_run_execute_task(run_id: int) -> dict:
     name="evaluations.capacity_plan_compute",
     base=RunTask,
     run_model="evaluations.CapacityPlan",
-    soft_time_limit=900,
-    time_limit=960,
+    soft_time_limit=CapacityPlan.TIME_LIMIT_S - 60,
+    time_limit=CapacityPlan.TIME_LIMIT_S,  # the reaper fails a plan that ran past it (no worker has it)
 )
 def capacity_plan_compute_task(plan_id: int) -> dict:
     """Compute a queued capacity plan (simulating the candidates without measured goodput)."""
@@ -85,7 +86,7 @@ def capacity_plan_compute_task(plan_id: int) -> dict:
 
 @shared_task(name="evaluations.runs_reap_stale", soft_time_limit=60, time_limit=90)
 def runs_reap_stale_task() -> dict[str, int]:
-    """Fail the running runs of every kind whose heartbeat stopped two minutes ago; how many of each."""
+    """Fail the running runs of every kind whose heartbeat went silent (``STALE_AFTER_S``); how many of each."""
     from evaluations.lifecycle import reaped_models, runs_reap_stale
 
     return {model.__name__: runs_reap_stale(model) for model in reaped_models()}

@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "pgtrigger",
     "governor",
+    "events",
     "audit",
     "catalog",
     "billing",
@@ -280,6 +281,49 @@ BENCHMARK_API_KEY = env_str("BENCHMARK_API_KEY", "")
 # eval gates; the catalog's lifecycle and the rollouts, a layer below, ask it through
 # ``catalog.promotion``, which calls the function named here (ADR 0027).
 GOVERNOR_PROMOTION_RULE = "evaluations.selectors.gates.version_promotion"
+
+# The event spine (ADR 0030): which reactions follow which events. A key is an event kind (a
+# governed change's audit action, or an operational signal named '<app>.<what happened>'), a
+# 'prefix.*' or '*'; a value lists dotted paths, each living in the app that owns the action and
+# imported at dispatch time (a system check refuses one that does not import). Delivery is at least
+# once: every reaction is idempotent.
+GOVERNOR_REACTIONS = {
+    # billing: the gateway's tenancy section follows keys, tenants, limits, budgets and prices.
+    "tenant.*": ["billing.reactions.tenancy_publish"],
+    "apikey.*": ["billing.reactions.tenancy_publish"],
+    "tenantlimits.*": ["billing.reactions.tenancy_publish"],
+    "price.*": ["billing.reactions.tenancy_publish"],
+    "budget.create": ["billing.reactions.tenancy_publish", "billing.reactions.refusal_mark_clear"],
+    "budget.update": ["billing.reactions.tenancy_publish", "billing.reactions.refusal_mark_clear"],
+    "budget.delete": ["billing.reactions.tenancy_publish"],
+    "billing.webhook_queued": ["billing.reactions.webhook_enqueue"],
+    # deployments: Ray follows desired state; the gateway's routes section follows what it may route to.
+    "deployment.*": ["deployments.reactions.reconcile", "deployments.reactions.routes_publish"],
+    "modelroute.*": ["deployments.reactions.routes_publish"],
+    "model_route.*": ["deployments.reactions.routes_publish"],
+    "routetarget.*": ["deployments.reactions.routes_publish"],
+    "route.*": ["deployments.reactions.routes_publish"],
+    "deployments.status_changed": ["deployments.reactions.routes_publish"],
+    "deployments.cluster_unreachable": ["deployments.reactions.routes_publish"],
+    "rollout.start": ["deployments.reactions.rollout_kick"],
+    "rollout.resume": ["deployments.reactions.rollout_kick"],
+    "deployments.analysis_due": ["deployments.reactions.analysis_enqueue"],
+    # evaluations: a queued run's task is enqueued (its lifecycle claims it once).
+    "evaluations.benchmark_run_queued": ["evaluations.reactions.benchmark_run_enqueue"],
+    "evaluations.cross_check_queued": ["evaluations.reactions.cross_check_enqueue"],
+    "evaluations.eval_run_queued": ["evaluations.reactions.eval_run_enqueue"],
+    "evaluations.gate_run_queued": ["evaluations.reactions.gate_run_enqueue"],
+    "evaluations.capacity_plan_queued": ["evaluations.reactions.capacity_plan_enqueue"],
+}
+# A failed reaction is retried after 2 s, 4 s, 8 s … up to this cap, and given up (shown as failed
+# in the admin and by ``manage.py events``) after this many attempts.
+EVENTS_RETRY_BASE_S = env_float("EVENTS_RETRY_BASE_S", 2.0)
+EVENTS_RETRY_MAX_S = env_float("EVENTS_RETRY_MAX_S", 300.0)
+EVENTS_MAX_ATTEMPTS = env_int("EVENTS_MAX_ATTEMPTS", 12)
+# Beat period of ``events.sweep`` (what the after-commit dispatch missed, and retries), and how long
+# settled events stay in the outbox.
+EVENTS_SWEEP_S = env_float("EVENTS_SWEEP_S", 5.0)
+EVENTS_KEEP_DAYS = env_float("EVENTS_KEEP_DAYS", 7.0)
 
 # Outbound calls to URLs users set (tenant webhooks) never reach loopback, private, link-local or
 # metadata addresses (core.outbound, ADR 0016), except the destinations listed here by the

@@ -14,7 +14,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governor.settings")
 
 app = Celery("governor")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["workers", "audit", "catalog", "billing", "deployments", "evaluations"])
+app.autodiscover_tasks(["workers", "events", "audit", "catalog", "billing", "deployments", "evaluations"])
 
 # Periodic work. Entries are added by the apps that own the work (see each tasks.py docstring).
 app.conf.beat_schedule = {}
@@ -26,6 +26,14 @@ app.conf.beat_schedule["deployments-reconcile"] = {
     "kwargs": {"trigger": "beat"},
     # A tick that waited in the queue longer than the interval is superseded by the next one.
     "options": {"expires": float(os.environ.get("RAY_RECONCILE_INTERVAL_S") or 10.0)},
+}
+
+# events: deliver what the after-commit dispatch missed (a process died after its commit, a
+# dispatcher was killed mid-batch) and retry failed reactions whose backoff ran out (ADR 0030).
+app.conf.beat_schedule["events-sweep"] = {
+    "task": "events.sweep",
+    "schedule": float(os.environ.get("EVENTS_SWEEP_S") or 5.0),
+    "options": {"expires": float(os.environ.get("EVENTS_SWEEP_S") or 5.0)},
 }
 
 # audit: seal events into the hash chain (each write also seals on commit; this catches the rest,

@@ -6,7 +6,6 @@ import logging
 from decimal import Decimal
 
 import orjson
-import redis
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -18,9 +17,10 @@ from billing.models import (
     Tenant,
 )
 from billing.selectors.spend import PeriodSpend, period_bounds, period_spend
-from billing.services.gateway_config import gateway_prefix, gateway_redis, tenancy_section_publish_on_commit
+from billing.services.gateway_config import gateway_prefix, gateway_redis
 from billing.services.notifications import budget_notification_create
 from core.text import REASON_MAX_CHARS
+from events.services import emit
 from snapshot.contract import ALERTS_LIST, budget_hash_key
 
 log = logging.getLogger(__name__)
@@ -66,19 +66,19 @@ def budget_set(
     budget.updated_by = actor if getattr(actor, "pk", None) else None
     budget.save()
     audit_save(actor=actor, instance=budget, before=before, tenant_id=tenant.pk, reason=reason)
-    tenancy_section_publish_on_commit()
-    transaction.on_commit(lambda: _refusal_mark_clear(tenant_id=tenant.pk, period=budget.period))
     return budget
 
 
 def _refusal_mark_clear(*, tenant_id: int, period: str) -> None:
-    """A changed budget may have room again: the next refusal, if any, is the one the page shows."""
+    """A changed budget may have room again: the next refusal, if any, is the one the page shows.
+
+    Runs after the budget's change commits (``billing.reactions.refusal_mark_clear``); a Redis error
+    raises, so the event spine retries it.
+    """
     pkey, _, _ = period_bounds(period=period, at=timezone.now())
     r = gateway_redis()
     try:
         r.hdel(budget_hash_key(gateway_prefix(), tenant_id, pkey), "refused_at")
-    except redis.RedisError as exc:
-        log.warning("could not clear the gateway's refusal mark of tenant %s: %s", tenant_id, exc)
     finally:
         r.close()
 
@@ -107,7 +107,6 @@ def budget_delete(*, tenant: Tenant, actor, reason: str = "") -> None:
         return
     audit_delete(actor=actor, instance=budget, tenant_id=tenant.pk, reason=reason)
     budget.delete()
-    tenancy_section_publish_on_commit()
 
 
 def budget_alerts_record(*, at=None) -> int:
@@ -183,6 +182,19 @@ def _alert_create(
                 kind=kind,
                 percent=percent,
                 spent_nanos=spent_nanos,
+            )
+            # An operational signal outside the chain, for the reactions that will notify (issue 28).
+            emit(
+                "billing.budget_cap_reached"
+                if kind == BudgetAlert.Kind.CAP
+                else "billing.budget_threshold_crossed",
+                subject=alert,
+                payload={
+                    "tenant_id": tenant_id,
+                    "period": period_key,
+                    "percent": percent,
+                    "spent_nanos": spent_nanos,
+                },
             )
     except IntegrityError:
         return 0  # another worker recorded it first: it notifies, not us

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
 
 import redis
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from billing.models import (
@@ -17,8 +15,6 @@ from billing.models import (
 from billing.selectors.prices import prices_in_force
 from billing.selectors.spend import period_spend
 from snapshot.publish import publish_section
-
-log = logging.getLogger(__name__)
 
 
 def gateway_redis() -> redis.Redis:
@@ -92,7 +88,11 @@ def tenancy_section_build(*, at: dt.datetime | None = None) -> dict:
 
 
 def tenancy_section_publish() -> int:
-    """Build and publish the ``tenancy`` section; returns the snapshot's new version."""
+    """Build and publish the ``tenancy`` section; returns the snapshot's new version.
+
+    Every governed change to what the section carries publishes it after commit
+    (``billing.reactions.tenancy_publish``, retried by the event sweep when Redis is down).
+    """
     client = gateway_redis()
     try:
         return publish_section(
@@ -100,15 +100,3 @@ def tenancy_section_publish() -> int:
         )
     finally:
         client.close()
-
-
-def tenancy_section_publish_on_commit() -> None:
-    """Publish once the current transaction commits (a failed publish is retried by the beat task)."""
-
-    def _publish() -> None:
-        try:
-            tenancy_section_publish()
-        except Exception:  # noqa: BLE001 - Redis down: the periodic republish catches up
-            log.exception("gateway snapshot publish failed")
-
-    transaction.on_commit(_publish)

@@ -17,7 +17,6 @@ from billing.models import (
     Tenant,
     TenantLimits,
 )
-from billing.services.gateway_config import tenancy_section_publish_on_commit
 from core.text import bidi_error
 
 log = logging.getLogger(__name__)
@@ -72,7 +71,6 @@ def api_key_create(
         tenant_id=tenant.pk,
         after=fields_of(key, KEY_AUDIT_FIELDS),
     )
-    tenancy_section_publish_on_commit()
     return key, secret
 
 
@@ -92,7 +90,6 @@ def api_key_revoke(*, api_key: ApiKey, actor) -> ApiKey:
             before={"revoked_at": None},
             after={"revoked_at": api_key.revoked_at},
         )
-        tenancy_section_publish_on_commit()
     return api_key
 
 
@@ -120,5 +117,4 @@ def tenant_limits_set(
         return stored  # nothing changed: no write, so no ``updated_at`` move for the raw trigger to record
     limits, _ = TenantLimits.objects.update_or_create(tenant=tenant, defaults=wanted)
     audit_save(actor=actor, instance=limits, before=before, tenant_id=tenant.pk, reason=reason)
-    tenancy_section_publish_on_commit()
     return limits

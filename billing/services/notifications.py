@@ -18,6 +18,7 @@ from audit.services import audit_record
 from billing.models import BudgetAlert, Membership, Notification, Tenant, TenantWebhook, WebhookDelivery
 from billing.models.money import NANOS_PER_USD
 from core.outbound import OutboundRefused, outbound_request, url_check
+from events.services import emit
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def budget_notification_create(*, alert: BudgetAlert) -> Notification:
             delivery = WebhookDelivery.objects.create(
                 notification=note, url=hook.url, next_attempt_at=timezone.now()
             )
-            transaction.on_commit(lambda: _enqueue_delivery(delivery.pk))
+            emit("billing.webhook_queued", subject=delivery, payload={"delivery": delivery.pk})
     recipients = _admin_emails(tenant.pk)
     if recipients:
         try:
@@ -102,12 +103,11 @@ def budget_notification_create(*, alert: BudgetAlert) -> Notification:
 
 
 def _enqueue_delivery(delivery_id: int) -> None:
+    """The first attempt of a delivery (``billing.reactions.webhook_enqueue``); a broker that is down
+    raises, so the event spine retries it, and the retry beat sends it in any case."""
     from billing.tasks import webhook_deliver  # the task module imports services; import at call time
 
-    try:
-        webhook_deliver.delay(delivery_id)
-    except Exception:  # noqa: BLE001 - broker down: the beat retry picks the delivery up
-        log.warning("could not enqueue webhook delivery %s; the retry sweep will send it", delivery_id)
+    webhook_deliver.delay(delivery_id)
 
 
 def webhook_deliver(*, delivery_id: int, now: dt.datetime | None = None) -> str:

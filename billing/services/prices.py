@@ -15,7 +15,6 @@ from billing.models import (
     Price,
     Reprice,
 )
-from billing.services.gateway_config import tenancy_section_publish_on_commit
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +86,6 @@ def price_set(
     audit_record(
         actor=actor, action="price.create", target=price, after=fields_of(price, _PRICE_FIELDS), reason=note
     )
-    tenancy_section_publish_on_commit()
     return price
 
 
@@ -141,7 +139,6 @@ def price_publish(
         reason=note,
         evidence=provenance,
     )
-    tenancy_section_publish_on_commit()
     return price
 
 

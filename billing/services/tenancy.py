@@ -14,7 +14,6 @@ from billing.models import (
     Membership,
     Tenant,
 )
-from billing.services.gateway_config import tenancy_section_publish_on_commit
 from core.text import bidi_error
 
 log = logging.getLogger(__name__)
@@ -42,7 +41,6 @@ def tenant_create(*, name: str, slug: str | None = None, actor) -> Tenant:
         tenant_id=tenant.pk,
         after=fields_of(tenant, TENANT_FIELDS),
     )
-    tenancy_section_publish_on_commit()
     return tenant
 
 
@@ -82,7 +80,6 @@ def tenant_update(
         before={k: before[k] for k in changed},
         after={k: after[k] for k in changed},
     )
-    tenancy_section_publish_on_commit()
     return locked
 
 
@@ -165,7 +162,6 @@ def tenant_delete(*, instance: Tenant, actor) -> None:
         before=fields_of(instance, TENANT_FIELDS),
     )
     instance.delete()
-    tenancy_section_publish_on_commit()
 
 
 @transaction.atomic

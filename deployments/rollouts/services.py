@@ -3,8 +3,8 @@
 Every function that changes a rollout locks its row first (``select_for_update``), re-reads the
 state and refuses moves the state no longer allows, so two actions at the same moment (an admin's
 abort and the controller's promotion, or two controller ticks) cannot both apply. Weight changes
-go through ``route_target_set``, which republishes the gateway snapshot when the transaction
-commits; every transition records an audit event in the same transaction.
+go through ``route_weights_set``, whose audited change republishes the gateway snapshot when the
+transaction commits (the event spine, ADR 0030); every transition records an audit event in the same transaction.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from deployments.models import AnalysisRun, Deployment, ModelRoute, Rollout, Rou
 from deployments.rollouts import analysis as A
 from deployments.rollouts.plan import PAUSE, SET_WEIGHT, PlanError, describe_step, validate_plan
 from deployments.services import route_weights_set
+from events.services import emit
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +156,7 @@ def rollout_create(
             "checks": clean_checks,
             "failure_limit": limit,
         },
-    )
-    _kick_on_commit(rollout.pk)
+    )  # the event spine advances it right after commit (deployments.reactions.rollout_kick)
     return rollout
 
 
@@ -188,32 +188,6 @@ def _set_weights(rollout: Rollout, canary_pct: int, *, actor, reason: str = "") 
 
 def _save(rollout: Rollout, *fields: str) -> None:
     rollout.save(update_fields=[*fields, "updated_at"])
-
-
-def _kick_on_commit(rollout_id: int) -> None:
-    """Advance the rollout right after commit instead of waiting for the next beat tick."""
-
-    def _enqueue() -> None:
-        from deployments.tasks import rollout_advance_task
-
-        try:
-            rollout_advance_task.delay(rollout_id)
-        except Exception:  # noqa: BLE001 - broker down: the beat-driven controller catches up
-            log.exception("could not enqueue a rollout step; the controller tick will catch up")
-
-    transaction.on_commit(_enqueue)
-
-
-def _enqueue_analysis_on_commit(run_id: int) -> None:
-    def _enqueue() -> None:
-        from deployments.tasks import analysis_run_task
-
-        try:
-            analysis_run_task.delay(run_id)
-        except Exception:  # noqa: BLE001 - re-enqueued by the controller after ANALYSIS_REENQUEUE_S
-            log.exception("could not enqueue an analysis run")
-
-    transaction.on_commit(_enqueue)
 
 
 def _require_active(rollout: Rollout, verb: str, phases: tuple[str, ...]) -> None:
@@ -312,7 +286,7 @@ def _analysis_step(rollout: Rollout, step: dict, now: dt.datetime) -> str:
         stale = run.enqueued_at and now - run.enqueued_at > dt.timedelta(seconds=ANALYSIS_REENQUEUE_S)
         if now >= due and (run.enqueued_at is None or stale):
             AnalysisRun.objects.filter(pk=run.pk).update(enqueued_at=now)
-            _enqueue_analysis_on_commit(run.pk)
+            emit("deployments.analysis_due", subject=run, payload={"analysis_run": run.pk})
         return "analysing"
     evidence = {"analysis_run": run.pk, "results": run.results}
     if run.verdict == AnalysisVerdict.PASSED:
@@ -485,8 +459,7 @@ def rollout_resume(*, rollout: Rollout, actor, reason: str = "") -> Rollout:
         before=before,
         after={"phase": r.phase, "step_index": r.step_index},
         reason=reason,
-    )
-    _kick_on_commit(r.pk)
+    )  # advanced right after commit (deployments.reactions.rollout_kick)
     return r
 
 
@@ -596,7 +569,19 @@ def analysis_run_execute(*, run_id: int) -> AnalysisRun:
         log.exception("analysis run %s failed", run_id)
         fields = {"verdict": AnalysisVerdict.ERROR, "error": f"{type(exc).__name__}: {exc}"}
     fields["finished_at"] = timezone.now()
-    AnalysisRun.objects.filter(pk=run.pk, verdict=AnalysisVerdict.RUNNING).update(**fields)
+    with transaction.atomic():
+        stored = AnalysisRun.objects.filter(pk=run.pk, verdict=AnalysisVerdict.RUNNING).update(**fields)
+        if stored and fields["verdict"] in (AnalysisVerdict.FAILED, AnalysisVerdict.ERROR):
+            # An operational signal outside the chain (the abort that follows is audited).
+            emit(
+                "deployments.analysis_failed",
+                subject=run,
+                payload={
+                    "rollout": rollout.pk,
+                    "verdict": fields["verdict"],
+                    "failed_checks": fields.get("failed_checks"),
+                },
+            )
     rollout_advance(rollout_id=rollout.pk)
     run.refresh_from_db()
     return run

@@ -29,12 +29,12 @@ class CapacityPlan(Run):
     rows = models.JSONField(default=list)
     status = models.CharField(max_length=10, default="queued", help_text="queued, running, done or failed")
     created_at = models.DateTimeField(auto_now_add=True)
-    # One short task computes a plan (minutes at most, bounded by its time limit): it keeps no
-    # heartbeat, start or finish time, progress message or task id.
+    # One short task computes a plan, bounded by its time limit: it keeps no progress message or
+    # task id, and beats only when it is claimed. A plan still running once that heartbeat is older
+    # than the task's hard limit has no worker, and the reaper fails it.
+    TIME_LIMIT_S = 960
+    STALE_AFTER_S = TIME_LIMIT_S + 60
     progress_message = None
-    started_at = None
-    heartbeat_at = None
-    finished_at = None
     task_id = None
 
     class Meta:

@@ -27,6 +27,9 @@ class Run(models.Model):
     FAILED: str = RunStatus.FAILED
     CANCELLED: str | None = RunStatus.CANCELLED  # None: this kind of run cannot be cancelled
     WHAT = "this run"
+    # This much silence from a running run's heartbeat means no worker has it (a live run beats at
+    # least every few seconds).
+    STALE_AFTER_S = 120.0
 
     status = models.CharField(
         max_length=10, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True

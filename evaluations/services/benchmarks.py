@@ -44,6 +44,7 @@ from evaluations.services.calibrations import (
     prediction_basis,
     with_interval,
 )
+from events.services import emit
 from loadtest import Sla, StageConfig, SweepConfig, Target, find_capacity, run_ladder, run_stage
 from loadtest.crosscheck import CrossCheckError, unavailable_reason
 from loadtest.runner import HarnessError, arrival_at, cross_check_stage
@@ -359,7 +360,7 @@ def benchmark_run_create(
                "base_url": base_url, "workload": run.workload, "sla": run.sla},
     )  # fmt: skip
     if enqueue:
-        transaction.on_commit(lambda: _enqueue(run.pk))
+        emit("evaluations.benchmark_run_queued", subject=run, payload={"run": run.pk})
     return run
 
 
@@ -636,7 +637,7 @@ def benchmark_run_cross_check_request(*, run: BenchmarkRun, actor, enqueue: bool
             reason="replay the run's requests with vllm bench serve",
         )
         if enqueue:
-            transaction.on_commit(lambda: _enqueue_cross_check(run.pk))
+            emit("evaluations.cross_check_queued", subject=locked, payload={"run": run.pk})
     run.refresh_from_db()
     return run
 
@@ -656,18 +657,30 @@ def _set_cross_check(run_id: int, value: dict) -> None:
         locked.save(update_fields=["results"])
 
 
+def _cross_check_claim(run_id: int) -> bool:
+    """queued → running under the row's lock, once: a task enqueued twice (delivery is at least
+    once) replays the run only once."""
+    with transaction.atomic():
+        locked = BenchmarkRun.objects.select_for_update().get(pk=run_id)
+        results = dict(locked.results or {})
+        if (results.get("cross_check") or {}).get("status") not in ("queued", None):
+            return False
+        results["cross_check"] = {"status": "running", "tool": "vllm bench serve", "stages": []}
+        locked.results = results
+        locked.save(update_fields=["results"])
+        return True
+
+
 def benchmark_run_cross_check_execute(*, run_id: int) -> dict:
     """Replay each stage of a finished run with ``vllm bench serve`` and store both tools' figures."""
+    if not _cross_check_claim(run_id):
+        return (BenchmarkRun.objects.get(pk=run_id).results or {}).get("cross_check") or {}
     run = BenchmarkRun.objects.get(pk=run_id)
-    state = (run.results or {}).get("cross_check") or {}
-    if state.get("status") not in ("queued", None):
-        return state
     target = _target_for(run)
     workload = Workload.from_dict(run.workload)
     stage_cfg = StageConfig(**{k: v for k, v in run.stage.items() if k in StageConfig.__dataclass_fields__})
     stage_cfg.warmup_requests = 0
     tokenizer_dir = (run.snapshot or {}).get("tokenizer_dir", "")
-    _set_cross_check(run_id, {"status": "running", "tool": "vllm bench serve", "stages": []})
     out: list[dict] = []
     try:
         for summary in run.results.get("stages", []):

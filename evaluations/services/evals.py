@@ -30,6 +30,7 @@ from evaluations.constants import (
 )
 from evaluations.lifecycle import Heartbeat, run_cancel, run_claim, run_fail, run_finish, run_report
 from evaluations.models import EvalCaseResult, EvalRun, EvalSuite, EvalSuiteVersion
+from events.services import emit
 
 PROMPT_CHARS = 2000
 log = logging.getLogger(__name__)
@@ -202,7 +203,7 @@ def eval_run_create(
             progress_message="queued",
         )
         if enqueue:
-            transaction.on_commit(lambda: _enqueue(run.pk))
+            emit("evaluations.eval_run_queued", subject=run, payload={"run": run.pk})
     return run
 
 

@@ -47,6 +47,7 @@ from evaluations.schemas import schema_check
 from evaluations.selectors.gates import gate_policy_current
 from evaluations.services.benchmarks import benchmark_run_create, benchmark_run_execute
 from evaluations.services.evals import eval_run_create, eval_run_execute
+from events.services import emit
 
 # Requests that may fail in an eval run before the endpoint counts as broken (the gate is then
 # an error, not a quality verdict: a dying deployment says nothing about the model).
@@ -273,7 +274,7 @@ def gate_run_start(*, version, actor, mode: str = GateMode.PREDICTED, kinds: lis
         audit_record(actor=actor, action="gate_run.start", target=run,
                      after={"version": version.pk, "policy": policy.number, "mode": mode, "kinds": kinds})  # fmt: skip
         if enqueue:
-            transaction.on_commit(lambda: _enqueue(run.pk))
+            emit("evaluations.gate_run_queued", subject=run, payload={"run": run.pk})
     return run
 
 
@@ -355,6 +356,18 @@ def _decide(
                 "checks": decision.checks,
             },
         )
+        if verdict in (Verdict.FAILED, Verdict.ERROR):
+            # An operational signal beside the audited decision, for reactions that warn someone.
+            emit(
+                "evaluations.gate_failed",
+                subject=decision,
+                payload={
+                    "gate_run": run.pk,
+                    "version": run.model_version_id,
+                    "kind": kind,
+                    "verdict": verdict,
+                },
+            )
     return decision
 
 

@@ -30,6 +30,7 @@ from engines.workload import Workload, lognormal, poisson
 from evaluations.lifecycle import run_claim, run_fail, run_finish, run_report
 from evaluations.models import BenchmarkRun, CapacityPlan
 from evaluations.services.calibrations import prediction_basis
+from events.services import emit
 from loadtest.metrics import Sla
 from loadtest.predict import PredictedEngine
 from loadtest.runner import StageConfig
@@ -210,7 +211,7 @@ def capacity_plan_create(*, name: str, inputs: dict, candidates: list[dict], act
         candidates=candidates,
         created_by=actor if getattr(actor, "pk", None) else None,
     )
-    transaction.on_commit(lambda: _enqueue(plan.pk))
+    emit("evaluations.capacity_plan_queued", subject=plan, payload={"plan": plan.pk})
     return plan
 
 

@@ -554,6 +554,7 @@ def test_export_of_a_period_without_usage_is_a_valid_file_with_a_header(member_c
     assert [c for c in MANDATORY if c not in header] == []
 
 
+@pytest.mark.slow  # 40,000 rows under tracemalloc: about 50 s on a 2-core host
 def test_a_large_export_streams_in_bounded_chunks(member_client, tenant):
     """40,000 rows of FOCUS come out of a StreamingHttpResponse in chunks, and consuming it never holds
     anything near the whole file in memory."""

@@ -84,7 +84,7 @@ def test_cancelling_stops_the_next_report_and_runs_without_a_cancel_refuse_it(ru
 
 
 def test_the_reaper_fails_every_kind_of_run_whose_heartbeat_stopped(runs, candidate, admin_user):
-    assert set(reaped_models()) == {BenchmarkRun, EvalRun, GateRun}  # a plan keeps no heartbeat
+    assert set(reaped_models()) == {BenchmarkRun, EvalRun, GateRun, CapacityPlan}
     old = timezone.now() - timedelta(minutes=5)
     for kind in ("benchmark", "eval", "gate"):
         type(runs[kind]).objects.filter(pk=runs[kind].pk).update(status="running", heartbeat_at=old)
@@ -94,8 +94,9 @@ def test_the_reaper_fails_every_kind_of_run_whose_heartbeat_stopped(runs, candid
         actor=admin_user,
         enqueue=False,
     )
-    assert tasks.runs_reap_stale_task() == {"BenchmarkRun": 1, "EvalRun": 1, "GateRun": 1}
-    assert tasks.runs_reap_stale_task() == {"BenchmarkRun": 0, "EvalRun": 0, "GateRun": 0}
+    reaped = tasks.runs_reap_stale_task()
+    assert reaped == {"BenchmarkRun": 1, "EvalRun": 1, "GateRun": 1, "CapacityPlan": 0}
+    assert set(tasks.runs_reap_stale_task().values()) == {0}
     for run in (*runs.values(), alive, queued):
         run.refresh_from_db()
     assert runs["benchmark"].error.endswith("the worker running this benchmark died.")
@@ -103,6 +104,24 @@ def test_the_reaper_fails_every_kind_of_run_whose_heartbeat_stopped(runs, candid
     assert runs["gate"].status == "error" and "these gates died" in runs["gate"].error
     assert runs["gate"].progress_message == "error: the worker stopped reporting"
     assert (alive.status, queued.status, runs["plan"].status) == ("running", "queued", "queued")
+
+
+def test_a_plan_is_reaped_only_once_it_ran_past_its_tasks_hard_time_limit(runs):
+    """A plan beats once, when claimed, and then computes for up to its task's time limit: five
+    minutes of silence is a plan at work; silence past the limit means no worker holds it."""
+    plan = runs["plan"]
+    assert run_claim(CapacityPlan, pk=plan.pk)
+    limit = tasks.capacity_plan_compute_task.time_limit
+    assert limit < CapacityPlan.STALE_AFTER_S
+    busy = timezone.now() - timedelta(minutes=5)
+    CapacityPlan.objects.filter(pk=plan.pk).update(heartbeat_at=busy)
+    assert tasks.runs_reap_stale_task()["CapacityPlan"] == 0
+    dead = timezone.now() - timedelta(seconds=CapacityPlan.STALE_AFTER_S + 1)
+    CapacityPlan.objects.filter(pk=plan.pk).update(heartbeat_at=dead)
+    assert tasks.runs_reap_stale_task()["CapacityPlan"] == 1
+    plan.refresh_from_db()
+    assert plan.status == "failed" and plan.error.endswith("the worker running this plan died.")
+    assert plan.finished_at is not None and plan.started_at is not None
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,8 @@ def copy_of_the_code(tmp_path_factory) -> Path:
         ("http1/_probe.py", "import django.conf\n", "envconf, snapshot and http1, the leaves"),
         ("audit/_probe.py", "import catalog.selectors\n", "The audit app is a leaf"),
         ("audit/_probe.py", "from core.access import is_auditor\n", "The audit app is a leaf"),
+        ("events/_probe.py", "import audit.services\n", "The event spine is the bottom leaf"),
+        ("events/_probe.py", "from deployments import reactions\n", "The event spine is the bottom leaf"),
         ("catalog/_probe.py", "import deployments.selectors\n", "Apps are layered"),
         ("core/_probe.py", "from catalog.selectors import catalog_counts\n", "Apps are layered"),
         ("billing/_probe.py", "import workers.celery\n", "Apps are layered"),
@@ -80,7 +82,7 @@ def test_a_forbidden_import_breaks_its_contract(copy_of_the_code, module, line, 
     assert contract in broken, result.stdout
 
 
-@pytest.mark.parametrize("app", ["catalog", "deployments", "evaluations", "billing", "audit"])
+@pytest.mark.parametrize("app", ["catalog", "deployments", "evaluations", "billing", "audit", "events"])
 def test_a_new_module_is_private_to_its_app_until_listed_as_public(copy_of_the_code, app):
     """Allow-lists, not deny-lists: a module nobody has named yet (here ``<app>/_fresh.py``) may be
     imported inside its app, but not by another app or by the console on top, until a contract
