@@ -1,5 +1,5 @@
 """Streaming ASGI response bodies from plain callbacks (Django-free; shared by engines and gateway)."""
 
-from asgistream.pusher import BodyPusher, fast_path_available, uvicorn_cycle
+from asgistream.pusher import BodyPusher, TaskPusher, fast_path_available, uvicorn_cycle
 
-__all__ = ["BodyPusher", "fast_path_available", "uvicorn_cycle"]
+__all__ = ["BodyPusher", "TaskPusher", "fast_path_available", "uvicorn_cycle"]

@@ -196,3 +196,113 @@ def _is_last(msg: dict) -> bool:
 
 async def _await(awaitable):
     return await awaitable
+
+
+class TaskPusher:
+    """The ordinary ASGI way, with ``BodyPusher``'s interface: a task per stream takes each message
+    from a queue and awaits ``send`` with it, as Starlette's ``StreamingResponse`` awaits ``send`` for
+    each chunk its iterator yields. That is a task wake-up, a future and a ``send`` coroutine per
+    chunk: what ``BodyPusher`` exists to avoid. The gateway runs with it under
+    ``GATEWAY_STREAM_PUSHER=task`` so that ``python -m benchmarks.gateway --swaps`` can measure the
+    difference (docs/decisions/0029).
+
+    ``busy`` once more than ``high_water`` body bytes wait (64 KiB, aiohttp's ``StreamReader`` limit);
+    ``on_idle`` is called when the queue has drained after that. ``close()`` ends the task."""
+
+    __slots__ = (
+        "send", "loop", "queue", "queued", "sending", "busy", "error", "on_idle", "done", "fast_chunks",
+        "high_water", "task", "wake", "_idle_waiter",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        send,
+        loop: asyncio.AbstractEventLoop,
+        on_idle: Callable[[], None] | None = None,
+        *,
+        high_water: int = 64 * 1024,
+    ) -> None:
+        self.send = send
+        self.loop = loop
+        self.queue: deque = deque()
+        self.queued = 0
+        self.sending = False
+        self.busy = False
+        self.error: BaseException | None = None
+        self.on_idle = on_idle
+        self.done: asyncio.Future = loop.create_future()
+        self.done.add_done_callback(_retrieve)
+        self.fast_chunks = 0  # never: there is no fast path here
+        self.high_water = high_water
+        self.wake: asyncio.Future | None = None
+        self._idle_waiter: asyncio.Future | None = None
+        self.task = loop.create_task(self._run())
+
+    def push_body(self, body: bytes) -> None:
+        self.push({"type": "http.response.body", "body": body, "more_body": True})
+
+    def push(self, msg: dict) -> None:
+        if self.done.done():
+            return
+        self.queue.append(msg)
+        self.queued += len(msg.get("body", b""))
+        if self.queued > self.high_water:
+            self.busy = True
+        w = self.wake
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def close(self, exc: BaseException | None = None) -> None:
+        if exc is not None and self.error is None:
+            self.error = exc
+        if not self.done.done():
+            if exc is None:
+                self.done.set_result(None)
+            else:
+                self.done.set_exception(exc)
+        self.queue.clear()
+        self.queued = 0
+        if self.task is not asyncio.current_task(self.loop):
+            self.task.cancel()
+        self._idle()
+
+    async def drain(self) -> None:
+        """Wait until every pushed message went out; raises the error of a failed send."""
+        if (self.queue or self.sending) and not self.done.done():
+            self._idle_waiter = self.loop.create_future()
+            await self._idle_waiter
+        if self.error is not None:
+            raise self.error
+
+    async def _run(self) -> None:
+        queue = self.queue
+        while True:
+            if not queue:
+                self._idle()
+                self.wake = self.loop.create_future()
+                await self.wake
+                self.wake = None
+                continue
+            msg = queue.popleft()
+            self.queued -= len(msg.get("body", b""))
+            self.sending = True
+            try:
+                await self.send(msg)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - kept in ``error`` and ``done``
+                self.sending = False
+                self.close(exc)
+                return
+            self.sending = False
+            if _is_last(msg):
+                self.close()
+                return
+
+    def _idle(self) -> None:
+        was_busy, self.busy = self.busy, False
+        w = self._idle_waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+        if was_busy and self.on_idle is not None:
+            self.on_idle()

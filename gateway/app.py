@@ -19,19 +19,20 @@ import uuid
 import orjson
 import redis.asyncio as aioredis
 
+from asgistream import BodyPusher, TaskPusher
 from gateway import metrics as m
-from gateway.config import GatewayConfig, load_config
+from gateway.config import CHOICES, GatewayConfig, load_config
 from gateway.hooks import Hooks, load_hooks
 from gateway.ledger import Ledger
 from gateway.limits import Limiter
 from gateway.pipeline import Pipeline
-from gateway.redisfast import FastRedis
+from gateway.redisfast import FastRedis, RedisPyScripts, redis_client
 from gateway.replies import new_request_id, send_error, send_json, send_reply
 from gateway.router import Router
 from gateway.spool import Shipper, SpoolWriter
 from gateway.stages.admit import Periods
 from gateway.stages.authenticate import auth_refusal, identify, may_use
-from gateway.upstream import UpstreamPool
+from gateway.upstream import AiohttpUpstream, UpstreamPool, upstream_client
 from snapshot.contract import SnapshotHolder
 
 log = logging.getLogger("gateway")
@@ -45,12 +46,13 @@ class Gateway:
         self.session_header = config.session_header.encode() if config else b"x-session-id"
         self.redis = None
         self.limiter: Limiter | None = None
-        self.fast_redis: FastRedis | None = None
+        self.fast_redis: FastRedis | RedisPyScripts | None = None
         self.snapshots: SnapshotHolder | None = None
         self.router: Router | None = None
         self.spool: SpoolWriter | None = None
         self.shipper: Shipper | None = None
-        self.http: UpstreamPool | None = None
+        self.http: UpstreamPool | AiohttpUpstream | None = None
+        self.pusher = BodyPusher
         self._tasks: list[asyncio.Task] = []
         self.periods = Periods()
         self.name = f"{socket.gethostname()}:{os.getpid()}"
@@ -68,7 +70,7 @@ class Gateway:
             cfg.redis_url, max_connections=256, timeout=5, socket_connect_timeout=3, socket_timeout=5
         )
         self.redis = aioredis.Redis(connection_pool=pool)
-        self.fast_redis = FastRedis(cfg.redis_url)
+        self.fast_redis = redis_client(cfg.redis_client, cfg.redis_url)
         # Unique across restarts (a pid is reused): the reaper must never take a new worker for a dead one.
         worker_id = f"{self.name}:{uuid.uuid4().hex[:8]}"
         self.limiter = Limiter(self.fast_redis, cfg.key_prefix, worker_id)
@@ -94,9 +96,15 @@ class Gateway:
         )
         with contextlib.suppress(Exception):  # the ledger's loop keeps trying
             await self.ledger.renew_lease()
-        self.http = UpstreamPool(
-            connect_timeout=cfg.upstream_connect_timeout_s, idle_timeout=cfg.upstream_idle_timeout_s
+        self.http = upstream_client(
+            cfg.upstream_client,
+            connect_timeout=cfg.upstream_connect_timeout_s,
+            idle_timeout=cfg.upstream_idle_timeout_s,
         )
+        self.pusher = TaskPusher if cfg.stream_pusher == "task" else BodyPusher
+        for name, value in self.pieces().items():
+            if value != CHOICES[name][0]:
+                log.warning("%s=%s: running with the library instead of %s", name, value, CHOICES[name][0])
         # Last: a hook's factory may use any of the above.
         self.pipeline = Pipeline(Hooks(load_hooks(cfg.hooks, self)))
         loop = asyncio.get_running_loop()
@@ -123,7 +131,7 @@ class Gateway:
         if self.redis:
             await self.redis.aclose()
         if self.fast_redis:
-            self.fast_redis.close()
+            await self.fast_redis.aclose()
 
     async def __call__(self, scope, receive, send) -> None:
         t = scope["type"]
@@ -179,6 +187,7 @@ class Gateway:
                             "shipped": self.shipper.shipped if self.shipper else 0,
                             "ship_error": self.shipper.last_error if self.shipper else None,
                             "pid": os.getpid(),
+                            "pieces": self.pieces(),
                         }
                     ),
                 )
@@ -199,6 +208,17 @@ class Gateway:
                     await self.shutdown()
                     await send({"type": "lifespan.shutdown.complete"})
                     return
+
+    def pieces(self) -> dict[str, str]:
+        """Which hand-tuned pieces run, or which libraries instead (``/healthz`` says; ADR 0029)."""
+        cfg = self.config
+        if cfg is None:
+            return {}
+        return {
+            "GATEWAY_REDIS_CLIENT": cfg.redis_client,
+            "GATEWAY_UPSTREAM_CLIENT": cfg.upstream_client,
+            "GATEWAY_STREAM_PUSHER": cfg.stream_pusher,
+        }
 
     # --- what the snapshot alone answers -------------------------------------------------------
 

@@ -39,6 +39,28 @@ class GatewayConfig:
     journal_s: float
     # Dotted paths of the request path's hooks, in order (gateway/hooks.py; docs/decisions/0025).
     hooks: tuple[str, ...] = ()
+    # The hand-tuned pieces, or the libraries they replaced (docs/decisions/0029): the client of the
+    # two Redis scripts, the client to the deployments, and what writes a stream's chunks.
+    redis_client: str = "fastredis"
+    upstream_client: str = "http1"
+    stream_pusher: str = "bodypusher"
+
+
+# Each setting's choices: the hand-tuned piece first (the default), then the library it replaced.
+CHOICES = {
+    "GATEWAY_REDIS_CLIENT": ("fastredis", "redis-py"),
+    "GATEWAY_UPSTREAM_CLIENT": ("http1", "aiohttp"),
+    "GATEWAY_STREAM_PUSHER": ("bodypusher", "task"),
+}
+
+
+def env_choice(name: str) -> str:
+    """``name``'s value, one of ``CHOICES[name]`` (the first when unset); anything else fails loudly."""
+    choices = CHOICES[name]
+    value = (env_str(name) or choices[0]).strip().lower()
+    if value not in choices:
+        raise ValueError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    return value
 
 
 def load_config() -> GatewayConfig:
@@ -72,4 +94,7 @@ def load_config() -> GatewayConfig:
         # can leave unbilled is at most this much output).
         journal_s=env_float("GATEWAY_JOURNAL_S", 0.5),
         hooks=tuple(p.strip() for p in env_str("GATEWAY_HOOKS", "").split(",") if p.strip()),
+        redis_client=env_choice("GATEWAY_REDIS_CLIENT"),
+        upstream_client=env_choice("GATEWAY_UPSTREAM_CLIENT"),
+        stream_pusher=env_choice("GATEWAY_STREAM_PUSHER"),
     )

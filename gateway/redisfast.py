@@ -21,7 +21,9 @@ import hashlib
 import ssl
 from collections import deque
 
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import RedisSSLContext, SSLConnection, UnixDomainSocketConnection, parse_url
+from redis.exceptions import NoScriptError, ResponseError
 
 
 class RedisError(Exception):
@@ -238,3 +240,66 @@ class FastRedis:
         if self._proto is not None and self._proto.transport is not None:
             self._proto.transport.close()
         self._proto = None
+
+    async def aclose(self) -> None:
+        self.close()
+
+
+# ------------------------------------------------------------------ the library it replaces
+
+
+class RedisPyScripts:
+    """``FastRedis``'s interface on redis-py's asyncio client (``GATEWAY_REDIS_CLIENT=redis-py``): what
+    it replaced, kept as a working alternative so that ``python -m benchmarks.gateway --swaps`` can
+    measure what the hand-written client still saves (docs/decisions/0029). The same URL, TLS and
+    AUTH/SELECT handling, redis-py's own; a pool as the gateway's other redis-py client has."""
+
+    def __init__(self, url: str, *, connect_timeout: float = 3.0, reply_timeout: float = 5.0) -> None:
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=256,
+            timeout=5,
+            socket_connect_timeout=connect_timeout,
+            socket_timeout=reply_timeout,
+        )
+        self.client = Redis(connection_pool=pool)
+        self._scripts: dict[str, str] = {}
+
+    def script(self, source: str) -> str:
+        sha = hashlib.sha1(source.encode()).hexdigest()
+        self._scripts[sha] = source
+        return sha
+
+    async def execute(self, *parts):
+        try:
+            return await self.client.execute_command(*parts)
+        except ResponseError as exc:
+            raise RedisError(str(exc)) from exc
+
+    async def evalsha(self, sha: str, keys: list, args: list):
+        try:
+            return await self.client.evalsha(sha, len(keys), *keys, *args)
+        except NoScriptError:
+            pass
+        except ResponseError as exc:
+            raise RedisError(str(exc)) from exc
+        return await self.execute("EVAL", self._scripts[sha], len(keys), *keys, *args)
+
+    def close(self) -> None:
+        pass  # aclose() closes the pool
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+REDIS_CLIENTS = ("fastredis", "redis-py")
+
+
+def redis_client(name: str, url: str):
+    """The client of the request path's two scripts that ``GATEWAY_REDIS_CLIENT`` names: ``fastredis``
+    (default) or ``redis-py``."""
+    if name == "fastredis":
+        return FastRedis(url)
+    if name == "redis-py":
+        return RedisPyScripts(url)
+    raise ValueError(f"unknown redis client {name!r}; one of {', '.join(REDIS_CLIENTS)}")

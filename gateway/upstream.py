@@ -1,218 +1,215 @@
-"""The HTTP/1.1 client to the deployments: pooled keep-alive connections, httptools parsing.
+"""The HTTP/1.1 client to the deployments: the project's one client (``http1``), and what is the
+gateway's own around it: flow control, stream callbacks, deadlines and the errors the stages expect.
 
 Why not aiohttp on the hot path: with paced streams the gateway's work is one read and one write
 per token, and aiohttp's per-chunk machinery (StreamReader, a read-timeout timer rescheduled on
-every chunk, response objects) was ~17% of the gateway's CPU in the profile. Here a chunk goes
-from ``data_received`` through httptools' C parser into a list, and the waiting request picks up
-everything that arrived since its last read in one piece. ``https://`` targets (remote clusters)
-go through aiohttp behind the same small interface.
+every chunk, response objects) was ~17% of the gateway's CPU in the profile. Here the body bytes a
+read completed go from ``data_received`` through ``http1``'s decoder to the stream's callback in one
+piece (or, for an answer read whole, into a list). aiohttp stays as the alternative that
+``GATEWAY_UPSTREAM_CLIENT=aiohttp`` selects (``AiohttpUpstream``), which
+``python -m benchmarks.gateway --swaps`` measures against this one (docs/decisions/0029).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections import deque
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
-import httptools
+import http1
 
 
 class UpstreamError(ConnectionError):
     """The deployment closed or broke the connection, or sent something unparsable."""
 
 
-class _Conn(asyncio.Protocol):
-    """One connection to a deployment; one response at a time."""
+def _upstream_error(exc: BaseException) -> BaseException:
+    """What the stages see: ``UpstreamError`` for a broken or unreadable answer; timeouts as they are."""
+    if isinstance(exc, ConnectionError) and not isinstance(exc, UpstreamError):
+        err = UpstreamError(f"deployment: {exc}")
+        err.__cause__ = exc
+        return err
+    return exc
+
+
+class _Response:
+    """One answer from a deployment: the sink of its ``http1`` connection, read by the forward stage
+    whole (``read_all``) or through callbacks (``stream``)."""
 
     __slots__ = (
-        "pool", "key", "transport", "parser", "status", "chunks", "complete", "error", "waiter",
-        "headers_done", "keep_alive", "reused", "got_bytes", "on_data", "on_end", "last_rx", "idle_timer",
+        "pool", "conn", "status", "chunks", "complete", "error", "waiter", "on_body", "end_cb",
+        "since", "idle_timer", "paused",
     )  # fmt: skip
 
-    def __init__(self, pool: UpstreamPool, key: tuple) -> None:
+    def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
-        self.key = key
-        self.transport: asyncio.Transport | None = None
-        self._reset()
-
-    def _reset(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
+        self.conn: http1.Connection | None = None
         self.status = 0
         self.chunks: list[bytes] = []
         self.complete = False
         self.error: BaseException | None = None
         self.waiter: asyncio.Future | None = None
-        self.headers_done: asyncio.Future | None = None
-        self.keep_alive = True
-        self.got_bytes = False
-        # Streaming mode (stream()): body bytes go straight to on_data, the end to on_end.
-        self.on_data: Callable[[bytes], None] | None = None
-        self.on_end: Callable[[BaseException | None], None] | None = None
-        self.last_rx = 0.0
+        # The connection calls on_body with each read's body: the list keeps it for read_all; a
+        # stream (stream()) puts its own callback there, so a read costs no call of ours. (Not a
+        # method of ours: a bound method stored on self would be a reference cycle per request.)
+        self.on_body: Callable[[bytes], None] = self.chunks.append
+        self.end_cb: Callable[[BaseException | None], None] | None = None
+        self.since = 0.0
         self.idle_timer: asyncio.TimerHandle | None = None
+        self.paused = False
 
-    # --- asyncio protocol
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    # --- the connection's sink (called inside data_received)
+    def on_head(self, head: http1.Head) -> None:
+        self.status = head.status
 
-    def data_received(self, data: bytes) -> None:
-        self.got_bytes = True
-        self.last_rx = time.monotonic()
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:  # pragma: no cover - deployments never upgrade
-            self._fail(UpstreamError("unexpected upgrade"))
-        except httptools.HttpParserError as exc:
-            self._fail(UpstreamError(f"bad response from deployment: {exc}"))
-
-    def connection_lost(self, exc) -> None:
-        self.transport = None
-        if not self.complete:
-            self._fail(UpstreamError(f"deployment closed the connection{f': {exc}' if exc else ''}"))
-        self.pool._forget(self)
-
-    # --- httptools callbacks
-    def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
-        self.keep_alive = self.parser.should_keep_alive()
-        hd = self.headers_done
-        if hd is not None and not hd.done():
-            hd.set_result(None)
-
-    def on_body(self, body: bytes) -> None:
-        cb = self.on_data
-        if cb is not None:
-            cb(body)
-            return
-        self.chunks.append(body)
+    def on_end(self, exc: BaseException | None) -> None:
+        if exc is None:
+            self.complete = True
+        else:
+            self.error = exc = _upstream_error(exc)
         w = self.waiter
         if w is not None and not w.done():
             w.set_result(None)
-
-    def on_message_complete(self) -> None:
-        self.complete = True
-        w = self.waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-        self._end(None)
-
-    def _fail(self, exc: BaseException) -> None:
-        if self.error is None:
-            self.error = exc
-        for f in (self.headers_done, self.waiter):
-            if f is not None and not f.done():
-                f.set_exception(exc)
-        self._end(exc)
-
-    def _end(self, exc: BaseException | None) -> None:
-        cb = self.on_end
+        cb = self.end_cb
         if cb is not None:
-            self.on_data = self.on_end = None
-            if self.idle_timer is not None:
-                self.idle_timer.cancel()
-                self.idle_timer = None
+            self._stop_callbacks()
             cb(exc)
 
-    def _check_idle(self) -> None:
-        self.idle_timer = None
-        if self.on_end is None:
-            return
-        left = self.last_rx + self.pool.idle_timeout - time.monotonic()
-        if left > 0:
-            self.idle_timer = asyncio.get_running_loop().call_later(left, self._check_idle)
-        else:
-            self._fail(TimeoutError("deployment sent nothing"))
+    # --- what the forward stage calls (aiohttp's adapter below has the same)
+    async def read_all(self) -> bytes:
+        """The whole body; raises what ended it early, or TimeoutError after an idle timeout."""
+        if not self.complete and self.error is None:
+            loop = asyncio.get_running_loop()
+            self.waiter = loop.create_future()
+            self.since = time.monotonic()
+            self.idle_timer = loop.call_later(self.pool.idle_timeout, self._check_idle)
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+                if self.idle_timer is not None:
+                    self.idle_timer.cancel()
+                    self.idle_timer = None
+        if self.error is not None:
+            raise self.error
+        return b"".join(self.chunks)
 
-    # --- streaming interface (shared with _AiohttpResponse)
     def stream(
         self, on_data: Callable[[bytes], None], on_end: Callable[[BaseException | None], None]
     ) -> None:
-        """Hand every body chunk to ``on_data`` as it arrives (inside ``data_received``: no task switch
-        per chunk), then call ``on_end(None)`` at the end of the body or ``on_end(exc)`` when the
+        """Hand the body to ``on_data`` as it arrives (inside ``data_received``: no task switch per
+        read), then call ``on_end(None)`` at the end of the body or ``on_end(exc)`` when the
         connection breaks or stays silent for the idle timeout. One timer per idle period, not one
-        per chunk."""
+        per read."""
         pending, self.chunks = self.chunks, []
         for chunk in pending:
             on_data(chunk)
         if self.complete or self.error is not None:
             on_end(None if self.complete else self.error)
             return
-        self.on_data, self.on_end = on_data, on_end
-        self.last_rx = time.monotonic()
+        self.on_body, self.end_cb = on_data, on_end
+        self.since = time.monotonic()
         self.idle_timer = asyncio.get_running_loop().call_later(self.pool.idle_timeout, self._check_idle)
 
     def stop_stream(self) -> None:
         """No more callbacks (the client went away or the answer is complete)."""
-        self.on_data = self.on_end = None
+        if self.end_cb is not None:
+            self._stop_callbacks()
+        if self.paused:
+            self.resume()
+
+    def _stop_callbacks(self) -> None:
+        self.on_body = self.chunks.append
+        self.end_cb = None
         if self.idle_timer is not None:
             self.idle_timer.cancel()
             self.idle_timer = None
-        self.resume()
+
+    def _check_idle(self) -> None:
+        """The deployment must send something at least every idle timeout (the connection keeps the
+        time of its last read, so nothing is done per read here)."""
+        self.idle_timer = None
+        if (self.end_cb is None and self.waiter is None) or self.conn is None:
+            return
+        left = max(self.since, self.conn.last_read) + self.pool.idle_timeout - time.monotonic()
+        if left > 0:
+            self.idle_timer = asyncio.get_running_loop().call_later(left, self._check_idle)
+        else:
+            self.conn.abort(TimeoutError("deployment sent nothing"))
 
     def pause(self) -> None:
         """Stop reading from the deployment (the client is slower than the stream)."""
-        if self.transport is not None:
-            self.transport.pause_reading()
+        if self.conn is not None:
+            self.paused = True
+            self.conn.pause_reading()
 
     def resume(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
-
-    # --- response interface (shared with _AiohttpResponse)
-    async def read_chunk(self) -> bytes | None:
-        """Everything received since the last call; None at the end of the body."""
-        while True:
-            if self.chunks:
-                data = self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
-                self.chunks = []
-                return data
-            if self.complete:
-                return None
-            if self.error is not None:
-                raise self.error
-            loop = asyncio.get_running_loop()
-            self.waiter = loop.create_future()
-            handle = loop.call_later(self.pool.idle_timeout, _expire, self.waiter, "deployment sent nothing")
-            try:
-                await self.waiter
-            finally:
-                handle.cancel()
-                self.waiter = None
-
-    async def read_all(self) -> bytes:
-        parts = []
-        while (chunk := await self.read_chunk()) is not None:
-            parts.append(chunk)
-        return b"".join(parts)
+        if self.conn is not None:
+            self.paused = False
+            self.conn.resume_reading()
 
     def release(self) -> None:
-        """Back to the pool when the response was read to the end on a reusable connection."""
-        if self.complete and self.keep_alive and self.error is None and self.transport is not None:
-            self._reset()
-            self.pool._put(self)
-        else:
-            self.close()
+        """Back to the pool when the answer was read to the end on a reusable connection."""
+        if self.end_cb is not None:
+            self._stop_callbacks()
+        if self.conn is not None:
+            if self.complete and self.error is None:
+                self.pool.pool.release(self.conn)
+            else:
+                self.conn.close()
+            self.conn = None
 
     def close(self) -> None:
-        self.on_data = self.on_end = None
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
-            self.idle_timer = None
-        if self.transport is not None:
-            self.transport.close()
-            self.transport = None
+        self._stop_callbacks()
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
-def _expire(fut: asyncio.Future, why: str) -> None:
-    if not fut.done():
-        fut.set_exception(TimeoutError(why))
+class UpstreamPool:
+    """Keep-alive connections per origin (``http1.Pool``); requests are POSTs of a JSON body.
+    ``https://`` targets use TLS with the system's CAs and host-name checks."""
+
+    def __init__(self, *, connect_timeout: float, idle_timeout: float, ssl_context=None) -> None:
+        self.connect_timeout = connect_timeout
+        self.idle_timeout = idle_timeout
+        self.pool = http1.Pool(connect_timeout=connect_timeout, ssl_context=ssl_context)
+        self._split: dict[str, tuple[http1.Origin, bytes]] = {}
+
+    def _target(self, url: str) -> tuple[http1.Origin, bytes]:
+        t = self._split.get(url)
+        if t is None:
+            origin, path = http1.split_url(url)
+            head = (
+                b"POST " + path + b" HTTP/1.1\r\nHost: " + origin.host_header
+                + b"\r\nContent-Type: application/json\r\nAccept: */*\r\nContent-Length: "
+            )  # fmt: skip
+            t = self._split[url] = (origin, head)
+        return t
+
+    async def post(self, url: str, body: bytes) -> _Response:
+        """Send the request and wait for the response head; raises ConnectionError/OSError/TimeoutError.
+
+        A pooled connection the deployment had closed meanwhile is retried on a new one (that is
+        not the deployment failing): ``http1.Pool.request``."""
+        origin, head = self._target(url)
+        resp = _Response(self)
+        data = head + str(len(body)).encode() + b"\r\n\r\n" + body
+        try:
+            resp.conn, _ = await self.pool.request(origin, data, resp, head_timeout=self.idle_timeout)
+        except ConnectionError as exc:
+            raise _upstream_error(exc) from exc
+        return resp
+
+    async def close(self) -> None:
+        self.pool.close()
+
+
+# ------------------------------------------------------------------ the library it replaces
 
 
 class _AiohttpResponse:
-    """Adapter for https targets, which keep using aiohttp (TLS, proxies)."""
+    """An aiohttp answer behind the same interface (``GATEWAY_UPSTREAM_CLIENT=aiohttp``)."""
 
     def __init__(self, resp) -> None:
         self.resp = resp
@@ -221,13 +218,20 @@ class _AiohttpResponse:
         self._task: asyncio.Task | None = None
 
     async def read_chunk(self) -> bytes | None:
+        import aiohttp
+
         try:
             return await self._it.__anext__()
         except StopAsyncIteration:
             return None
+        except aiohttp.ClientError as exc:
+            raise UpstreamError(f"deployment: {exc}") from exc
 
     async def read_all(self) -> bytes:
-        return await self.resp.read()
+        parts = []
+        while (chunk := await self.read_chunk()) is not None:
+            parts.append(chunk)
+        return b"".join(parts)
 
     def stream(
         self, on_data: Callable[[bytes], None], on_end: Callable[[BaseException | None], None]
@@ -249,7 +253,7 @@ class _AiohttpResponse:
             self._task = None
 
     def pause(self) -> None:
-        pass  # aiohttp's own flow control applies (https targets only)
+        pass  # aiohttp's own flow control applies
 
     def resume(self) -> None:
         pass
@@ -263,101 +267,44 @@ class _AiohttpResponse:
         self.resp.close()
 
 
-class UpstreamPool:
-    """Keep-alive connections per (host, port); requests are POSTs of a JSON body."""
+class AiohttpUpstream:
+    """The same interface on aiohttp's client: what ``UpstreamPool`` replaced, kept as a working
+    alternative so that the benchmark can measure what the hand-written client still saves."""
 
     def __init__(self, *, connect_timeout: float, idle_timeout: float) -> None:
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout
-        self._idle: dict[tuple, deque[_Conn]] = {}
-        self._split: dict[str, tuple] = {}
-        self._aiohttp = None
+        self._session = None
 
-    def _forget(self, conn: _Conn) -> None:
-        q = self._idle.get(conn.key)
-        if q:
-            with contextlib.suppress(ValueError):
-                q.remove(conn)
-
-    def _put(self, conn: _Conn) -> None:
-        self._idle.setdefault(conn.key, deque()).append(conn)
-
-    def _target(self, url: str) -> tuple:
-        t = self._split.get(url)
-        if t is None:
-            u = urlsplit(url)
-            host = u.hostname or "127.0.0.1"
-            port = u.port or (443 if u.scheme == "https" else 80)
-            hostport = host if u.port is None else f"{host}:{port}"
-            t = self._split[url] = (u.scheme, host, port, (u.path or "/").encode(), hostport.encode())
-        return t
-
-    async def post(self, url: str, body: bytes):
-        """Send the request and wait for the response head; raises ConnectionError/TimeoutError."""
-        scheme, host, port, path, hostport = self._target(url)
-        if scheme == "https":
-            return await self._post_aiohttp(url, body)
-        head = (
-            b"POST " + path + b" HTTP/1.1\r\nHost: " + hostport
-            + b"\r\nContent-Type: application/json\r\nAccept: */*\r\nContent-Length: "
-            + str(len(body)).encode() + b"\r\n\r\n"
-        )  # fmt: skip
-        key = (host, port)
-        # A pooled connection may have been closed by the server meanwhile: if it fails before any
-        # byte of the answer, try once more on a new connection (that is not the deployment failing).
-        for _ in range(3):
-            conn, reused = await self._acquire(key)
-            loop = asyncio.get_running_loop()
-            conn.headers_done = loop.create_future()
-            conn.transport.write(head + body)
-            handle = loop.call_later(self.idle_timeout, _expire, conn.headers_done, "no response head")
-            try:
-                await conn.headers_done
-                return conn
-            except UpstreamError:
-                conn.close()
-                if reused and not conn.got_bytes:
-                    continue
-                raise
-            except TimeoutError:
-                conn.close()
-                raise
-            finally:
-                handle.cancel()
-        raise UpstreamError("deployment keeps closing connections")
-
-    async def _acquire(self, key: tuple) -> tuple[_Conn, bool]:
-        q = self._idle.get(key)
-        while q:
-            conn = q.pop()
-            if conn.transport is not None and not conn.transport.is_closing():
-                return conn, True
-        loop = asyncio.get_running_loop()
-        _, conn = await asyncio.wait_for(
-            loop.create_connection(lambda: _Conn(self, key), key[0], key[1]), self.connect_timeout
-        )
-        return conn, False
-
-    async def _post_aiohttp(self, url: str, body: bytes):
+    async def post(self, url: str, body: bytes) -> _AiohttpResponse:
         import aiohttp
 
-        if self._aiohttp is None:
-            self._aiohttp = aiohttp.ClientSession(
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(
                     total=None, sock_connect=self.connect_timeout, sock_read=self.idle_timeout
                 ),
                 auto_decompress=False,
+                connector=aiohttp.TCPConnector(limit=0),  # no cap on connections, as UpstreamPool
             )
         try:
-            resp = await self._aiohttp.post(url, data=body, headers={"Content-Type": "application/json"})
+            resp = await self._session.post(url, data=body, headers={"Content-Type": "application/json"})
         except aiohttp.ClientError as exc:
-            raise UpstreamError(str(exc)) from exc
+            raise UpstreamError(f"deployment: {exc}") from exc
         return _AiohttpResponse(resp)
 
     async def close(self) -> None:
-        for q in self._idle.values():
-            for conn in q:
-                conn.close()
-        self._idle.clear()
-        if self._aiohttp is not None:
-            await self._aiohttp.close()
+        if self._session is not None:
+            await self._session.close()
+
+
+UPSTREAM_CLIENTS = ("http1", "aiohttp")
+
+
+def upstream_client(name: str, *, connect_timeout: float, idle_timeout: float):
+    """The upstream client ``GATEWAY_UPSTREAM_CLIENT`` names: ``http1`` (default) or ``aiohttp``."""
+    if name == "aiohttp":
+        return AiohttpUpstream(connect_timeout=connect_timeout, idle_timeout=idle_timeout)
+    if name == "http1":
+        return UpstreamPool(connect_timeout=connect_timeout, idle_timeout=idle_timeout)
+    raise ValueError(f"unknown upstream client {name!r}; one of {', '.join(UPSTREAM_CLIENTS)}")

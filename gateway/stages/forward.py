@@ -13,7 +13,6 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-import aiohttp
 import orjson
 
 from asgistream import BodyPusher
@@ -35,8 +34,8 @@ SSE_HEADERS = [
 DONE = b"data: [DONE]\n\n"
 # Failures to reach a deployment (nothing was answered, so another one may be tried).
 CONNECT_ERRORS = (ConnectionError, OSError, TimeoutError)
-# Failures while reading an answer (aiohttp only for https targets).
-READ_ERRORS = (TimeoutError, ConnectionError, aiohttp.ClientError)
+# Failures while reading an answer (both upstream clients raise these: gateway/upstream.py).
+READ_ERRORS = (TimeoutError, ConnectionError)
 # Answers that say the deployment itself is unavailable, which eject it for ``eject_s``. A 500 may
 # be about one request (vLLM answers 500 for some inputs it cannot handle); ejecting on it would let
 # one tenant's crafted request take a model away from every tenant.
@@ -107,6 +106,8 @@ async def forward(gw: Gateway, ctx: RequestContext, send, receive) -> None:
             await unary(gw, ctx, resp, send)
     finally:
         resp.release()
+        if ctx.fw is not None and gw.pusher is not BodyPusher:
+            ctx.fw.pusher.close()  # a task pusher's task ends with its stream (BodyPusher has none)
 
 
 async def upstream_error(gw: Gateway, ctx: RequestContext, resp, send) -> None:
@@ -170,8 +171,7 @@ async def unary(gw: Gateway, ctx: RequestContext, resp, send) -> None:
 
 async def stream(gw: Gateway, ctx: RequestContext, resp, send, receive) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + ctx.headers()})
-    loop = asyncio.get_running_loop()
-    fw = ctx.fw = SseForward(ctx, resp, send, loop)
+    fw = ctx.fw = SseForward(ctx, resp, send, asyncio.get_running_loop(), gw.pusher)
     # receive() returns http.disconnect when the client goes away.
     disc = asyncio.ensure_future(receive())
     disc.add_done_callback(fw.client_gone)
@@ -257,12 +257,15 @@ class SseForward:
         "rewrite", "gone", "push",
     )  # fmt: skip
 
-    def __init__(self, req: RequestContext, resp, send, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, req: RequestContext, resp, send, loop: asyncio.AbstractEventLoop, pusher=BodyPusher
+    ) -> None:
         self.req = req
         self.resp = resp
         # A slow client pauses the send (uvicorn's flow control): stop reading from the deployment
-        # until it drained, so nothing piles up in the gateway.
-        self.pusher = BodyPusher(send, loop, on_idle=resp.resume)
+        # until it drained, so nothing piles up in the gateway. ``pusher`` is BodyPusher unless
+        # GATEWAY_STREAM_PUSHER chose the ordinary way (asgistream.TaskPusher).
+        self.pusher = pusher(send, loop, on_idle=resp.resume)
         self.finished: asyncio.Future = loop.create_future()
         self.buf = b""
         self.usage: dict | None = None

@@ -15,7 +15,7 @@ import types
 import pytest
 import uvicorn
 
-from asgistream import BodyPusher, fast_path_available, uvicorn_cycle
+from asgistream import BodyPusher, TaskPusher, fast_path_available, uvicorn_cycle
 from asgistream.pusher import CYCLE_ATTRS, CYCLE_MODULE
 from procs import free_port as _free_port
 
@@ -99,6 +99,65 @@ def test_close_ends_without_a_last_message():
         p.push_body(b"b")
         await p.done
         assert [m["body"] for m in h.messages] == [b"a"]
+
+    run(main())
+
+
+def test_task_pusher_sends_in_order_from_its_own_task_and_flow_controls_above_its_high_water():
+    """The ordinary way, kept for the benchmark's comparison (ADR 0029): every message goes out
+    from one task of the stream's own; busy once more than high_water bytes wait, on_idle after."""
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        h = Harness()
+        senders = set()
+        send = h.send
+
+        async def recording_send(msg):
+            senders.add(asyncio.current_task())
+            await send(msg)
+
+        idle = []
+        p = TaskPusher(recording_send, loop, on_idle=lambda: idle.append(True), high_water=100)
+        p.push_body(CHUNKS[0])
+        assert not h.messages and not p.busy  # nothing goes out within the push: the task sends it
+        await p.drain()
+        assert [m["body"] for m in h.messages] == [CHUNKS[0]]
+        h.gate = loop.create_future()
+        for c in CHUNKS[1:100]:
+            p.push_body(c)
+        assert p.busy  # far more than 100 bytes wait
+        gate, h.gate = h.gate, None
+        gate.set_result(None)
+        await p.drain()
+        assert not p.busy and idle == [True]
+        p.push({"type": "http.response.body", "body": b"end", "more_body": False})
+        await asyncio.wait_for(p.done, 5)
+        p.push_body(b"after the end")  # dropped
+        assert [m["body"] for m in h.messages] == [*CHUNKS[:100], b"end"]
+        [task] = senders
+        assert task is not asyncio.current_task() and task.done()
+
+    run(main())
+
+
+def test_task_pusher_failed_send_is_reported_and_close_ends_its_task():
+    async def main():
+        loop = asyncio.get_running_loop()
+        h = Harness()
+        h.fail_after = 3
+        p = TaskPusher(h.send, loop)
+        for c in CHUNKS[:10]:
+            p.push_body(c)
+        with pytest.raises(OSError):
+            await p.drain()
+        assert len(h.messages) == 3 and isinstance(p.error, OSError)
+        with pytest.raises(OSError):
+            await p.done
+        q = TaskPusher(Harness().send, loop)
+        q.close()
+        await asyncio.wait([q.task], timeout=5)
+        assert q.task.done() and q.done.done()
 
     run(main())
 

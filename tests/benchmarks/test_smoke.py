@@ -17,7 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# name -> (keys its JSON must carry, extra arguments, marks)
+# name -> (keys its JSON must carry, extra arguments, marks); a name may carry a mode after a "-"
+# (``gateway-swaps`` runs ``benchmarks.gateway --swaps``).
 BENCHMARKS = {
     "billing": (("rollup_events_per_s", "cost_page_p95_ms", "events", "conditions"), (), [pytest.mark.slow]),
     "simulator": (
@@ -47,6 +48,13 @@ BENCHMARKS = {
         (),
         [pytest.mark.vllm, pytest.mark.slow],
     ),
+    "http1_parsers": (("us_per_response", "ratio_to_llhttp", "conditions"), (), []),
+    # Starts an engine pair and four gateways (one per swapped piece): tens of seconds on a busy host.
+    "gateway-swaps": (
+        ("swaps", "cpu_ms_per_request", "paced_cpu_ms_per_request", "conditions"),
+        ("--swaps",),
+        [pytest.mark.slow],
+    ),
     "vllm_cpu_points": (
         ("model", "gpu", "engine", "points", "meta"),
         (),
@@ -64,7 +72,7 @@ def test_benchmark_smoke_run_writes_its_figures(name, tmp_path):
     env = dict(os.environ)
     env.setdefault("SECRET_KEY", "governor-test-secret-key-not-for-production")
     done = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{name}", "--smoke", "--json", str(out), *extra],
+        [sys.executable, "-m", f"benchmarks.{name.split('-')[0]}", "--smoke", "--json", str(out), *extra],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -79,3 +87,10 @@ def test_benchmark_smoke_run_writes_its_figures(name, tmp_path):
     assert not missing, f"benchmarks.{name} --smoke wrote no {missing}"
     smoke = figures.get("smoke", figures.get("meta", {}).get("smoke"))
     assert smoke is True, f"benchmarks.{name} does not mark its smoke run as such"
+    if name == "gateway-swaps":
+        # Every piece was measured both ways under both loads (the figures themselves mean nothing).
+        for piece in ("redis", "upstream", "pusher"):
+            row = figures["swaps"][piece]
+            for x in (row, row["paced"]):
+                assert x["cpu_ms_per_request_library"] > 0 and x["cpu_ms_per_request_hand_tuned"] > 0
+                assert x["ratio"] == x["cpu_ms_per_request_library"] / x["cpu_ms_per_request_hand_tuned"]

@@ -8,7 +8,7 @@ import pytest
 from engines.workload import Workload, constant, fixed, fixed_concurrency
 from loadtest import Sla, StageConfig, SweepConfig, Target, find_capacity, run_ladder, run_stage
 from loadtest.metrics import summarize
-from loadtest.records import RequestRecord
+from loadtest.records import HTTP_5XX, INVALID_RESPONSE, STREAM_CUT, RequestRecord
 from loadtest.scrape import parse_prometheus
 from loadtest.sweep import usd_per_million_tokens
 from tests.support.servers import engines_fixed_server, free_port, paced_server
@@ -253,11 +253,42 @@ def test_cost_per_million_tokens_formula():
     assert usd_per_million_tokens(usd_per_hour=3.6, tokens_per_s=0) is None
 
 
-def test_stream_parser_handles_any_split_of_the_bytes():
-    """Chunked framing and SSE events cut at every possible byte boundary parse the same."""
+class _Transport:
+    """Enough of an asyncio transport to feed a connection bytes by hand."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+def _exchange(clock):
+    """A connection (on a hand-fed transport) carrying one exchange into fastclient's sink."""
     import asyncio
 
-    from loadtest.fastclient import _Conn
+    import http1
+    from loadtest.fastclient import _Exchange
+
+    conn = http1.Connection()
+    conn.connection_made(_Transport())
+    rec = RequestRecord(index=0, planned_s=0)
+    ex = _Exchange(rec, clock, asyncio.get_running_loop().create_future())
+    conn.request(b"POST / HTTP/1.1\r\n\r\n", ex)
+    return conn, rec, ex
+
+
+def test_stream_parser_handles_any_split_of_the_bytes():
+    """Chunked framing and SSE events cut at every possible byte boundary parse the same, and each
+    event is timed at the read that completed it."""
+    import asyncio
+
     from loadtest.loadgen import run_async
 
     events = [
@@ -268,29 +299,29 @@ def test_stream_parser_handles_any_split_of_the_bytes():
     ]
     body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
     raw = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+    first_event_end = raw.index(b"}]}\n\n") + 5
 
     async def feed(step: int):
-        loop = asyncio.get_running_loop()
-        ticks = iter(range(10_000))
-        conn = _Conn(lambda: float(next(ticks)))
-        rec = RequestRecord(index=0, planned_s=0)
-        done = loop.create_future()
-        conn._reset(rec, done)
+        read = [0]
+        conn, rec, ex = _exchange(lambda: float(read[0]))
         for i in range(0, len(raw), step):
+            read[0] += 1
             conn.data_received(raw[i : i + step])
-        return rec, await asyncio.wait_for(done, 1)
+            if i < first_event_end <= i + step:
+                first_read = read[0]
+        return rec, await asyncio.wait_for(ex.done, 1), first_read
 
-    for step in (1, 2, 3, 7, 64, len(raw)):
-        rec, usage = run_async(feed(step))
+    for step in range(1, len(raw) + 1):
+        rec, usage, first_read = run_async(feed(step))
         assert not rec.error, (step, rec.detail)
         assert len(rec.chunk_s) == 2 and usage == {"prompt_tokens": 3, "completion_tokens": 2}
+        assert rec.chunk_s[0] == first_read, step  # timed at the read that completed the event
 
 
 @pytest.mark.parametrize("framing", ["content-length", "close-delimited"])
 def test_stream_parser_handles_unchunked_bodies(framing):
     import asyncio
 
-    from loadtest.fastclient import _Conn
     from loadtest.loadgen import run_async
 
     body = (
@@ -305,17 +336,40 @@ def test_stream_parser_handles_unchunked_bodies(framing):
     )
 
     async def feed():
-        loop = asyncio.get_running_loop()
-        conn = _Conn(lambda: 1.0)
-        rec = RequestRecord(index=0, planned_s=0)
-        done = loop.create_future()
-        conn._reset(rec, done)
+        conn, rec, ex = _exchange(lambda: 1.0)
         conn.data_received(head + body[:50])
         conn.data_received(body[50:])
         if framing == "close-delimited":
-            assert not done.done()
+            assert not ex.done.done()
             conn.connection_lost(None)
-        return rec, await asyncio.wait_for(done, 1)
+        return rec, await asyncio.wait_for(ex.done, 1)
 
     rec, usage = run_async(feed())
     assert not rec.error and rec.chunk_s == [1.0] and usage["completion_tokens"] == 1
+
+
+@pytest.mark.parametrize(
+    "raw,error,detail",
+    [
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", INVALID_RESPONSE, "chunk size"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\ndata: {", STREAM_CUT, "mid-response"),
+        (b"HTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nbusy", HTTP_5XX, "HTTP 503: busy"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\ndata: nope\n\n", INVALID_RESPONSE, "not JSON"),
+    ],
+)
+def test_stream_failures_get_their_error_kind(raw, error, detail):
+    """What the connection or the stream got wrong ends up as the record's error kind, with why."""
+    import asyncio
+
+    from loadtest.loadgen import run_async
+
+    async def feed():
+        conn, rec, ex = _exchange(lambda: 1.0)
+        conn.data_received(raw)
+        if not ex.done.done():
+            conn.connection_lost(None)
+        await asyncio.wait_for(ex.done, 1)
+        return rec
+
+    rec = run_async(feed())
+    assert rec.error == error and detail in rec.detail, (rec.error, rec.detail)
