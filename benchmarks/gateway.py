@@ -578,13 +578,18 @@ def run_slowloris(a) -> dict:
             },
         }
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(10)
-        _forget_prefix(a.redis_url, prefix)
-        shutil.rmtree(work, ignore_errors=True)
+        _tear_down(procs, a.redis_url, prefix, work)
+
+
+def _tear_down(procs: list, redis_url: str, prefix: str, work: Path) -> None:
+    """Stop a run's processes, drop its Redis keys and its scratch directory."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+    _forget_prefix(redis_url, prefix)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def httpx_pid(port: int) -> int:
@@ -798,13 +803,7 @@ def run_swaps(a) -> dict:
                     file=sys.stderr,
                 )
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(10)
-        _forget_prefix(a.redis_url, prefix)
-        shutil.rmtree(work, ignore_errors=True)
+        _tear_down(procs, a.redis_url, prefix, work)
 
     figures: dict[str, dict] = {}
     for load, by_name in windows.items():
@@ -1108,13 +1107,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(10)
-        _forget_prefix(a.redis_url, prefix)
-        shutil.rmtree(work, ignore_errors=True)
+        _tear_down(procs, a.redis_url, prefix, work)
 
     if litellm is not None:
         print_baseline(results)
