@@ -7,6 +7,7 @@ Roles (see core.access): ``admin_user`` (platform admin), ``auditor_user``, ``me
 
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 
@@ -24,8 +25,9 @@ TEST_QUEUE = f"governor-test-{os.getpid()}"
 
 
 # What ``--fast`` leaves out: tests that start Ray clusters or vLLM, drive a browser, fuzz for
-# minutes, or are marked slow. The rest is the day-to-day loop (README, ADR 0023).
-SLOW_TIER_MARKERS = ("vllm", "ray", "browser", "fuzz", "slow")
+# minutes, start their own worker or command processes and wait on them, or are marked slow. The
+# rest is the day-to-day loop (README, ADR 0023).
+SLOW_TIER_MARKERS = ("vllm", "ray", "browser", "fuzz", "process", "slow")
 
 
 def pytest_addoption(parser):
@@ -35,6 +37,41 @@ def pytest_addoption(parser):
         default=False,
         help="the fast tier: leave out tests marked " + ", ".join(SLOW_TIER_MARKERS),
     )
+
+
+def _module_marks(path: Path) -> set[str]:
+    """The markers a test file's module-level ``pytestmark`` names, read from its source (no import:
+    importing is what costs the time)."""
+    source = path.read_text(encoding="utf-8")
+    if "pytestmark" not in source:
+        return set()
+    names: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
+        ):
+            for sub in ast.walk(node.value):
+                if (
+                    isinstance(sub, ast.Attribute)
+                    and isinstance(sub.value, ast.Attribute)
+                    and sub.value.attr == "mark"
+                ):
+                    names.add(sub.attr)
+    return names
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under ``--fast`` a file whose module-level ``pytestmark`` puts every test in the slow tier is
+    not even imported: collecting the API fuzz alone builds schemathesis's coverage cases for 180
+    operations (about 40 s per worker), and the vLLM files import torch. Such files are then
+    absent from the run rather than counted as deselected. ``None`` leaves the decision to pytest."""
+    if not config.getoption("--fast", default=False):
+        return None
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if _module_marks(collection_path) & set(SLOW_TIER_MARKERS):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -64,8 +101,14 @@ def _ray_task_routes():
 
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
-    """Hashing cost is irrelevant to what the tests check; PBKDF2 would dominate their run time."""
+    """Hashing cost is irrelevant to what the tests check; PBKDF2 would dominate their run time.
+
+    Each test client builds its own middleware stack, and WhiteNoise's indexes every static file
+    the finders know (about 220) when it is built: 90 ms per client, a fifth of a page test's time.
+    With autorefresh it looks a static URL up when one is asked for instead; what it serves, and
+    with which headers, is the same."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.WHITENOISE_AUTOREFRESH = True
 
 
 @pytest.fixture(autouse=True)

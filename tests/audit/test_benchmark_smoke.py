@@ -10,6 +10,9 @@ import pytest
 
 from tests.conftest import ROOT, subprocess_env
 
+# Starts its own processes and waits on them: the full suite's, not the fast tier's (ADR 0023).
+pytestmark = pytest.mark.process
+
 
 @pytest.mark.django_db(transaction=True)
 def test_audit_chain_benchmark_smoke(tmp_path):

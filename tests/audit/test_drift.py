@@ -187,6 +187,7 @@ def test_a_check_that_cannot_run_shows_as_an_error_not_as_passing(price, monkeyp
     assert check_results().state == "failed"
 
 
+@pytest.mark.process
 def test_drift_benchmark_smoke_names_exactly_the_rows_it_changed(tmp_path):
     """``python -m benchmarks.audit_chain --drift-only`` at a small size (the figure is the 1 M run)."""
     out = tmp_path / "drift.json"

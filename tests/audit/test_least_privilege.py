@@ -30,6 +30,9 @@ from governor.db_roles import db_roles_sql
 from governor.embedded import EmbeddedPostgres
 from tests.support.ci import skip_unless_ci
 
+# Starts its own processes and waits on them: the full suite's, not the fast tier's (ADR 0023).
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[2]
 EVENT = {
     "at": "2026-12-01T10:00:00+00:00",

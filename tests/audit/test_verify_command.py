@@ -125,6 +125,7 @@ def test_passes_on_the_demo_data():
     assert f"OK {AuditEvent.objects.count()} events" in out
 
 
+@pytest.mark.process
 @pytest.mark.django_db(transaction=True)
 def test_command_exits_non_zero_on_a_broken_chain(settings):
     env = subprocess_env(

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+# Starts its own processes and waits on them: the full suite's, not the fast tier's (ADR 0023).
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # name -> (keys its JSON must carry, extra arguments, marks); a name may carry a mode after a "-"

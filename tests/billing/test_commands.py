@@ -105,6 +105,7 @@ def test_budget_set_show_delete(tenant):
     assert not Budget.objects.exists()
 
 
+@pytest.mark.process
 @pytest.mark.django_db(transaction=True)
 def test_a_bad_command_exits_non_zero_from_the_shell(tenant):
     env = subprocess_env()

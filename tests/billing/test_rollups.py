@@ -160,6 +160,7 @@ def test_a_crash_mid_batch_leaves_no_partial_rollup_and_the_rerun_is_exact(tenan
     assert rollup_totals("day") == event_totals() == rollup_totals("hour")
 
 
+@pytest.mark.process
 @pytest.mark.django_db(transaction=True)
 def test_a_rollup_process_killed_mid_transaction_loses_nothing_and_counts_nothing_twice(tenant):
     """A real crash: a rollup process blocks on a row lock mid-batch (in its upsert), is
@@ -199,6 +200,7 @@ def test_a_rollup_process_killed_mid_transaction_loses_nothing_and_counts_nothin
     assert rollup_totals("hour") == event_totals() == rollup_totals("day")
 
 
+@pytest.mark.process
 @pytest.mark.django_db(transaction=True)
 def test_the_beat_task_rolls_up_on_a_real_worker(celery_worker_process, tenant):
     from billing.tasks import usage_rollup

@@ -204,6 +204,7 @@ def test_unknown_gpu_gets_no_accelerator_type(vllm_fp8):
     assert "accelerator_type" not in llm
 
 
+@pytest.mark.vllm
 def test_an_embedding_deployment_runs_vllms_pooling_runner(vllm_fp8):
     """Checked against vLLM's own engine arguments: ``runner="pooling"`` with ``convert="embed"``."""
     vllm_fp8.task = "embed"

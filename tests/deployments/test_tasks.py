@@ -34,6 +34,7 @@ def test_task_retries_with_backoff_then_fails_and_records_every_attempt(dead_ray
     assert d.events.filter(kind="status").count() == 1
 
 
+@pytest.mark.process
 def test_beat_runs_do_not_retry(dead_ray):
     result = reconcile.apply(kwargs={"trigger": "beat"})
     assert result.successful()

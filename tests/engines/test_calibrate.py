@@ -51,6 +51,7 @@ def test_points_need_a_load_shape():
         calibrate([{"input_len": 10, "output_len": 10, "ttft_median_s": 1}], LLAMA8B, H100, ENGINE)
 
 
+@pytest.mark.process
 def test_cpu_style_fit_with_per_sequence_overhead():
     from engines.specs import ModelSpec
 
@@ -159,6 +160,7 @@ def test_a_closed_loop_that_started_together_is_simulated_that_way():
     assert staggered < 2 * single
 
 
+@pytest.mark.process
 def test_the_engines_own_ttft_splits_prefill_from_the_request_overhead_at_one_prompt_length():
     """Every fitted level at one prompt length: the client's TTFT alone cannot tell the API server's
     latency from the prefill's cost per token. vLLM's own queue + prefill means (``server_*_mean_s``)

@@ -294,6 +294,7 @@ def _gauges(base: str) -> tuple[float, float]:
     return values["vllm:num_requests_running"], values["vllm:num_requests_waiting"]
 
 
+@pytest.mark.process
 def test_fixed_timing_mode_never_runs_early_and_runs_max_num_seqs_at_once(start_server):
     """Behaviour only: a busy machine can make any request late, so wall-clock upper bounds are not
     asserted here; how exactly the timing holds is a benchmark figure (benchmarks.harness).

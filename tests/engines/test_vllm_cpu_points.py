@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from benchmarks.vllm_cpu_points import cpu_device
 from engines.presets import gpu_from_dict, gpu_preset
 
 
 def test_point_files_carry_the_measured_peak_as_the_cpu_device():
+    import torch  # here, not at the top: importing torch costs every worker seconds of collection
+
     before = torch.get_num_threads()
     device = cpu_device(1)
     assert torch.get_num_threads() == before  # the client's own thread count is left alone

@@ -7,7 +7,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import engines
+
+# Starts its own processes and waits on them: the full suite's, not the fast tier's (ADR 0023).
+pytestmark = pytest.mark.process
 
 GUARD = Path(engines.__file__).with_name("vllm_guard.py")
 # A command that, like vLLM's API server, forks a helper that would outlive it.

@@ -28,6 +28,9 @@ from tests.support.browser import login
 from tests.support.celery_worker import celery_worker
 from tests.support.servers import prefix_router, simulated_engine
 
+# Starts its own processes and waits on them: the full suite's, not the fast tier's (ADR 0023).
+pytestmark = pytest.mark.process
+
 BASELINE = {"categories": {"arithmetic": 0.96, "json_extraction": 0.94}, "default": 0.93}
 FP8 = {"categories": {"arithmetic": 0.95, "json_extraction": 0.93}, "default": 0.92}
 POOR = {"categories": {"arithmetic": 0.95, "json_extraction": 0.5}, "default": 0.9}

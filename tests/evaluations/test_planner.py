@@ -148,6 +148,7 @@ def test_plan_pages_by_role(role_clients, admin_client, h100, h200):
     assert admin_client.get(reverse("cost:plan_detail", args=[uuid.uuid4()])).status_code == 404
 
 
+@pytest.mark.process
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_computes_the_plan_and_the_page_polls_until_done(
     celery_worker_process, h100, admin_user, admin_client

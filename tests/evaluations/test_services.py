@@ -35,6 +35,7 @@ def _create(admin_user, **kw):
     return benchmark_run_create(**defaults)
 
 
+@pytest.mark.process
 def test_measured_run_against_a_url_stores_a_complete_report(admin_user):
     gpu = GpuTypeFactory()
     version = ModelVersionFactory(precision="fp8", framework="vllm")
@@ -75,6 +76,7 @@ def test_measured_run_against_a_url_stores_a_complete_report(admin_user):
     assert run.series and {"t", "running", "stage"} <= set(run.series[0])
 
 
+@pytest.mark.process
 def test_measured_run_on_a_deployment_goes_through_its_serve_route(admin_user, settings):
     with paced_server("--ttft-ms", "20", "--tpot-ms", "5") as url:
         settings.RAY_SERVE_URL = url[: -len("/v1")]  # the paced server answers under /d/<slug>/v1 too
@@ -90,6 +92,7 @@ def test_measured_run_on_a_deployment_goes_through_its_serve_route(admin_user, s
     assert run.results["stages"][0]["completed"] == 10
 
 
+@pytest.mark.process
 def test_unreachable_endpoint_run_completes_and_says_so(admin_user):
     run = _create(admin_user, base_url=f"http://127.0.0.1:{free_port()}/v1", stage={"num_requests": 5})
     run = benchmark_run_execute(run_id=run.pk)

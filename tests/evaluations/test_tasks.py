@@ -34,6 +34,7 @@ def _wait(run_id: int, statuses: tuple[str, ...], timeout_s: float = 90.0) -> Be
     raise AssertionError(f"run {run_id} still {run.status} ({run.progress_message}) after {timeout_s} s")
 
 
+@pytest.mark.process
 @pytest.mark.django_db(transaction=True)
 def test_celery_worker_runs_a_benchmark_and_saves_progress_on_the_row(celery_worker_process, admin_user):
     with paced_server("--ttft-ms", "30", "--tpot-ms", "10") as url:
@@ -57,6 +58,7 @@ def test_celery_worker_runs_a_benchmark_and_saves_progress_on_the_row(celery_wor
     assert run.results["stages"][1]["tpot_ms"]["mean"] >= 9.9
 
 
+@pytest.mark.process
 @pytest.mark.django_db(transaction=True)
 def test_cancelling_a_running_benchmark_stops_it(celery_worker_process, admin_user):
     with paced_server("--ttft-ms", "30", "--tpot-ms", "10") as url:
@@ -88,6 +90,7 @@ def test_cancelling_a_running_benchmark_stops_it(celery_worker_process, admin_us
     assert stopped_after < 50, "the task ran on after the cancel"
 
 
+@pytest.mark.process
 @pytest.mark.django_db
 def test_manage_py_benchmark_prints_a_table_and_writes_json(tmp_path, admin_user):
     out, err = io.StringIO(), io.StringIO()

@@ -27,6 +27,7 @@ DISPATCHER = (
 )
 
 
+@pytest.mark.process
 @pytest.mark.django_db(transaction=True)
 def test_a_dispatcher_killed_mid_batch_loses_nothing_and_the_sweep_doubles_nothing(settings, monkeypatch):
     settings.GOVERNOR_REACTIONS = REACTIONS

@@ -50,6 +50,7 @@ def test_the_limit_is_the_engines_and_only_it_is_forwarded(kind, fields, expecte
     assert "max_completion_tokens" not in body
 
 
+@pytest.mark.vllm
 def test_vllms_request_models_apply_the_same_limit():
     """What vLLM itself would generate for the bodies above, from its own pydantic models."""
     chat_protocol = pytest.importorskip("vllm.entrypoints.openai.chat_completion.protocol")

@@ -42,6 +42,9 @@ def _load_schema():
 
 schema = _load_schema()
 
+# Every test here is the long fuzz: the fast tier does not even collect this file (tests/conftest.py).
+pytestmark = pytest.mark.fuzz
+
 
 @pytest.fixture
 def _keep_test_connection():
@@ -100,7 +103,6 @@ def _call(case, user):
 _SETTINGS = dict(deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 
 
-@pytest.mark.fuzz
 # A one-value parametrize only so that each operation's node id names it (as the other roles' do);
 # schemathesis alone gives all of them one id, and a scheduler keyed by node id would run one.
 @pytest.mark.parametrize("role", ["admin"])
@@ -110,7 +112,6 @@ def test_api_as_platform_admin_never_answers_5xx_and_matches_its_schema(case, ro
     _call(case, fuzz_users[role])
 
 
-@pytest.mark.fuzz
 @pytest.mark.parametrize("role", ["tenant_admin", "member", "auditor"])
 @schema.parametrize()
 @settings(max_examples=max(2, MAX_EXAMPLES // 3), **_SETTINGS)

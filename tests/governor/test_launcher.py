@@ -146,6 +146,7 @@ def test_the_console_serves_static_files_and_plain_errors_with_the_run_environme
         log.close()
 
 
+@pytest.mark.process
 def test_stop_children_kills_what_ignores_sigterm_within_the_grace_period():
     child = Child(
         "stubborn",

@@ -4,6 +4,9 @@ import pytest
 
 from workers.tasks import ping
 
+# Starts its own processes and waits on them: the full suite's, not the fast tier's (ADR 0023).
+pytestmark = pytest.mark.process
+
 
 @pytest.mark.django_db(transaction=True)
 def test_worker_process_runs_task_and_returns_result_through_redis(celery_worker_process, settings):

@@ -43,6 +43,7 @@ def test_known_timings_are_recovered_within_tolerance():
     assert res.series and max(x["running"] for x in res.series) >= 1
 
 
+@pytest.mark.process
 def test_known_timings_from_the_engines_simulated_vllm_and_its_metrics():
     # engines.server in fixed mode: TTFT 150 ms, TPOT 15 ms, vLLM metric names on /metrics.
     with engines_fixed_server(150, 15) as url:
@@ -63,6 +64,7 @@ def test_known_timings_from_the_engines_simulated_vllm_and_its_metrics():
     assert all("kv_usage" in x and "preemptions" in x for x in res.series)
 
 
+@pytest.mark.process
 def test_chat_api_is_timed_the_same_way():
     """Chat streams are parsed like completions: every token chunk timed, usage read, and the client
     never sees the server's pacing early. How much later it sees it is the machine's load: the paced
@@ -102,6 +104,7 @@ def test_unreachable_endpoint_counts_connect_errors_and_completes():
     assert any("no engine metrics" in n for n in res.notes)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("fault", "error_type"),
     [("http_400", "http_4xx"), ("http_500", "http_5xx"), ("cut", "stream_cut")],
@@ -126,6 +129,7 @@ def test_missing_usage_is_estimated_and_flagged():
     assert any("no usage" in w for w in s["warnings"])
 
 
+@pytest.mark.process
 def test_timeout_is_its_own_error_type():
     with paced_server("--ttft-ms", "3000", "--tpot-ms", "5") as url:
         wl = Workload(arrival=constant(20), input=fixed(8), output=fixed(4))
@@ -135,6 +139,7 @@ def test_timeout_is_its_own_error_type():
     assert s["errors"] == {"timeout": 3}
 
 
+@pytest.mark.process
 def test_two_client_processes_merge_into_one_report():
     with paced_server("--ttft-ms", "50", "--tpot-ms", "10") as url:
         wl = Workload(arrival=constant(40), input=fixed(8), output=fixed(8))
@@ -151,6 +156,7 @@ def test_two_client_processes_merge_into_one_report():
     assert res.summary["ttft_ms"]["p50"] >= 49
 
 
+@pytest.mark.process
 def test_concurrency_ladder_runs_every_level():
     with paced_server("--ttft-ms", "20", "--tpot-ms", "5") as url:
         wl = Workload(arrival=fixed_concurrency(1), input=fixed(8), output=fixed(8))

@@ -60,6 +60,7 @@ def _prompt_tokens_total(base_url: str) -> float:
     )
 
 
+@pytest.mark.process
 def test_the_simulated_engine_gets_exact_lengths_through_its_tokenize_endpoint():
     with engines_fixed_server(5, 1, "--max-model-len", "1024") as url:
         wl = Workload(arrival=constant(20), input=uniform(20, 200), output=uniform(3, 9))
@@ -102,6 +103,7 @@ def test_the_simulated_engine_gets_exact_lengths_through_its_tokenize_endpoint()
         assert _prompt_tokens_total(url) == before
 
 
+@pytest.mark.process
 def test_without_a_tokenizer_lengths_are_calibrated_on_usage_and_the_rate_is_the_named_one():
     # The paced server counts words and has no /tokenize: the usage calibration learns that.
     with paced_server("--ttft-ms", "5", "--tpot-ms", "1") as url:
