@@ -28,6 +28,8 @@ TEST_QUEUE = f"governor-test-{os.getpid()}"
 # minutes, start their own worker or command processes and wait on them, or are marked slow. The
 # rest is the day-to-day loop (README, ADR 0023).
 SLOW_TIER_MARKERS = ("vllm", "ray", "browser", "fuzz", "process", "slow")
+# The order files are handed to the workers in: longest kinds first (pytest_collection_modifyitems).
+LONGEST_FIRST = ("vllm", "ray", "fuzz", "browser", "slow", "process")
 
 
 def pytest_addoption(parser):
@@ -75,9 +77,11 @@ def pytest_ignore_collect(collection_path, config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Files that start real vLLM (the longest) go ahead of the rest. Serially they run first; under
-    ``--dist loadfile`` (ADR 0013) pytest-xdist hands out the files with the most tests first, so
-    there this order decides only among files with the same number of tests.
+    """The longest files go first: those that start vLLM, then Ray clusters, the API fuzz, the
+    browser and other processes, then the rest. pytest-xdist hands whole files out in this order
+    (``--no-loadscope-reorder`` in the addopts, ADR 0013), so the one worker that takes the
+    vLLM quality gate (minutes) starts it at once while the other works through the short files,
+    instead of the gate starting last and running alone at the end.
 
     Under ``--fast`` the slow tier is deselected (reported as deselected, not skipped)."""
     if config.getoption("--fast"):
@@ -86,8 +90,15 @@ def pytest_collection_modifyitems(config, items):
             config.hook.pytest_deselected(items=slow)
             slow_ids = {id(item) for item in slow}
             items[:] = [item for item in items if id(item) not in slow_ids]
-    heavy = {item.path for item in items if item.get_closest_marker("vllm")}
-    items.sort(key=lambda item: item.path not in heavy)  # stable: order within a file is kept
+    # A file ranks by its longest kind of test; among files of one rank, those whose every test
+    # is of that kind (a whole vLLM file) go before those with one such test among quick ones.
+    ranks: dict[Path, list[int]] = {}
+    for item in items:
+        ranks.setdefault(item.path, []).append(
+            next((i for i, m in enumerate(LONGEST_FIRST) if item.get_closest_marker(m)), len(LONGEST_FIRST))
+        )
+    key = {path: (min(r), max(r) != min(r)) for path, r in ranks.items()}
+    items.sort(key=lambda item: key[item.path])  # stable: order within a file is kept
 
 
 @pytest.fixture(scope="session", autouse=True)
