@@ -97,7 +97,8 @@ def pytest_collection_modifyitems(config, items):
         ranks.setdefault(item.path, []).append(
             next((i for i, m in enumerate(LONGEST_FIRST) if item.get_closest_marker(m)), len(LONGEST_FIRST))
         )
-    key = {path: (min(r), max(r) != min(r)) for path, r in ranks.items()}
+    # Within a rank, files with more tests go first, as pytest-xdist's own default order does.
+    key = {path: (min(r), max(r) != min(r), -len(r)) for path, r in ranks.items()}
     items.sort(key=lambda item: key[item.path])  # stable: order within a file is kept
 
 

@@ -38,6 +38,7 @@ def copy_of_the_code(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "module,line,contract",
     [
@@ -82,6 +83,7 @@ def test_a_forbidden_import_breaks_its_contract(copy_of_the_code, module, line, 
     assert contract in broken, result.stdout
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("app", ["catalog", "deployments", "evaluations", "billing", "audit", "events"])
 def test_a_new_module_is_private_to_its_app_until_listed_as_public(copy_of_the_code, app):
     """Allow-lists, not deny-lists: a module nobody has named yet (here ``<app>/_fresh.py``) may be
@@ -106,6 +108,7 @@ def test_a_new_module_is_private_to_its_app_until_listed_as_public(copy_of_the_c
     assert f"governor._probe -> {app}._fresh" in report, broken.stdout
 
 
+@pytest.mark.process
 def test_a_public_name_at_any_depth_is_public_and_a_listed_module_must_exist(copy_of_the_code):
     """A concept sub-package's ``services`` is public like the app's own; a public module that is
     listed but gone breaks the contract instead of leaving a stale allow-list."""
