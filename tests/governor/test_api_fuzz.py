@@ -14,7 +14,7 @@ import os
 import pytest
 import schemathesis
 from drf_spectacular.generators import SchemaGenerator
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from governor.wsgi import application
@@ -112,9 +112,22 @@ def test_api_as_platform_admin_never_answers_5xx_and_matches_its_schema(case, ro
     _call(case, fuzz_users[role])
 
 
-@pytest.mark.parametrize("role", ["tenant_admin", "member", "auditor"])
+@pytest.mark.parametrize("role", ["tenant_admin"])
 @schema.parametrize()
 @settings(max_examples=max(2, MAX_EXAMPLES // 3), **_SETTINGS)
-def test_api_as_other_roles_never_answers_5xx_and_matches_its_schema(case, role, fuzz_users):
+def test_api_as_tenant_admin_never_answers_5xx_and_matches_its_schema(case, role, fuzz_users):
     # Most of their writes are refused before any data is read, so fewer examples reach as far.
+    _call(case, fuzz_users[role])
+
+
+# Members and auditors get the generated examples only, not schemathesis's coverage phase (about
+# 120 boundary and wrong-type cases per operation, run as explicit examples). Whatever either of
+# them may call, a platform admin or a tenant admin may call too, through the same validation, and
+# those two runs send every coverage case; for these two roles the cases would repeat the same
+# validation a third and fourth time (two thirds of the whole fuzz's requests) to reach the same
+# role check. The generated examples still try every operation as each of them.
+@pytest.mark.parametrize("role", ["member", "auditor"])
+@schema.parametrize()
+@settings(max_examples=max(2, MAX_EXAMPLES // 3), phases=[Phase.generate], **_SETTINGS)
+def test_api_as_member_or_auditor_never_answers_5xx_and_matches_its_schema(case, role, fuzz_users):
     _call(case, fuzz_users[role])
