@@ -64,8 +64,8 @@ def _module_marks(path: Path) -> set[str]:
 
 def pytest_ignore_collect(collection_path, config):
     """Under ``--fast`` a file whose module-level ``pytestmark`` puts every test in the slow tier is
-    not even imported: collecting the API fuzz alone builds schemathesis's coverage cases for 180
-    operations (about 40 s per worker), and the vLLM files import torch. Such files are then
+    not even imported: collecting the API fuzz alone builds schemathesis's coverage cases for every
+    operation (about 40 s per worker), and the vLLM files import torch. Such files are then
     absent from the run rather than counted as deselected. ``None`` leaves the decision to pytest."""
     if not config.getoption("--fast", default=False):
         return None
@@ -112,10 +112,10 @@ def _ray_task_routes():
 
 
 @pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
+def _cheap_test_settings(settings):
     """Hashing cost is irrelevant to what the tests check; PBKDF2 would dominate their run time.
 
-    Each test client builds its own middleware stack, and WhiteNoise's indexes every static file
+    Each test client builds its own middleware stack, and WhiteNoise's middleware indexes every static file
     the finders know (about 220) when it is built: 90 ms per client, a fifth of a page test's time.
     With autorefresh it looks a static URL up when one is asked for instead; what it serves, and
     with which headers, is the same."""
