@@ -289,7 +289,7 @@ def client_cpu_per_chunk(streams: int = 500, tokens: int = 64) -> list[dict]:
     return rows
 
 
-def workload_fidelity(*, use_vllm: bool = True) -> dict:
+def workload_fidelity(*, use_vllm: bool = True, paced_requests: int = 1000) -> dict:
     """Requested vs actual input tokens and named vs achieved offered rate (module docstring, 3)."""
     from engines.workload import poisson, uniform
 
@@ -333,7 +333,7 @@ def workload_fidelity(*, use_vllm: bool = True) -> dict:
         res = run_stage(
             target=Target(base_url=url, model="paced"),
             workload=wl,
-            stage=StageConfig(num_requests=1000),
+            stage=StageConfig(num_requests=paced_requests),
             sla=loose,
         )
         record("paced_server", res, res.summary["lengths"]["source"])
@@ -414,6 +414,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-client-compare", action="store_true", help="skip the aiohttp vs httpx CPU comparison"
     )
     p.add_argument("--no-vllm", action="store_true", help="skip the vLLM-CPU workload-fidelity stages")
+    p.add_argument("--timing-requests", type=int, default=80, help="requests per known-timings row")
+    p.add_argument("--sweep-stage-s", type=float, default=3.0, help="seconds per stage of the capacity sweep")
+    p.add_argument(
+        "--fidelity-requests", type=int, default=1000, help="requests of the paced workload-fidelity stage"
+    )
     p.add_argument(
         "--fidelity-only",
         action="store_true",
@@ -421,7 +426,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", dest="json_path")
     add_smoke_flag(
-        p, streams="16", duration=2.0, no_vllm=True, no_client_compare=True, no_engines_server=True
+        p,
+        streams="16",
+        duration=2.0,
+        no_vllm=True,
+        no_client_compare=True,
+        no_engines_server=True,
+        timing_requests=12,
+        sweep_stage_s=1.0,
+        fidelity_requests=100,
     )
     a = apply_smoke(p.parse_args(argv))
 
@@ -466,10 +479,14 @@ def main(argv: list[str] | None = None) -> int:
 
     timing_rows = []
     if not a.fidelity_only:
-        print("\nKnown timings recovered (80 requests at 8 req/s, 64 output tokens):")
-        timing_rows.append(known_timings("paced_server", paced, ttft_ms=200, tpot_ms=20))
+        print(f"\nKnown timings recovered ({a.timing_requests} requests at 8 req/s, 64 output tokens):")
+        timing_rows.append(known_timings("paced_server", paced, ttft_ms=200, tpot_ms=20, n=a.timing_requests))
     if not a.no_engines_server:
-        timing_rows.append(known_timings("engines.server --fixed", engines_fixed, ttft_ms=200, tpot_ms=20))
+        timing_rows.append(
+            known_timings(
+                "engines.server --fixed", engines_fixed, ttft_ms=200, tpot_ms=20, n=a.timing_requests
+            )
+        )
     if timing_rows:
         print(
             f"{'engine':>24} {'true TTFT':>9} {'TTFT p50':>9} {'err %':>7} {'true TPOT':>9} {'TPOT mean':>9} {'err %':>7}"
@@ -479,8 +496,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{t['engine']:>24} {t['true_ttft_ms']:>9.1f} {t['ttft_p50_ms']:>9.2f} {t['ttft_error_pct']:>7.2f} "
             f"{t['true_tpot_ms']:>9.1f} {t['tpot_mean_ms']:>9.3f} {t['tpot_error_pct']:>7.2f}"
         )
-    print("\nSweep capacity (paced server, 4 slots, 360 ms per request, 3 s stages):")
-    sweep = sweep_capacity()
+    print(f"\nSweep capacity (paced server, 4 slots, 360 ms per request, {a.sweep_stage_s:g} s stages):")
+    sweep = sweep_capacity(stage_s=a.sweep_stage_s)
     print(
         f"  hard capacity N/S {sweep['hard_capacity_rps']:.2f} req/s, SLA knee {sweep['sla_knee_rps']:.2f} req/s, "
         f"found {_f(sweep['found_rps'])} req/s = {_f(sweep['found_vs_hard_pct'], '{:.1f}')} % of N/S "
@@ -496,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"CPU {c['cpu_s']:.2f} s = {c['cpu_us_per_chunk']:.1f} us/chunk"
             )
     print("\nWorkload fidelity (requested vs actual input tokens; named vs achieved offered rate):")
-    fidelity = workload_fidelity(use_vllm=not a.no_vllm)
+    fidelity = workload_fidelity(use_vllm=not a.no_vllm, paced_requests=a.fidelity_requests)
     print(
         f"input_len_error_pct = {_f(fidelity['input_len_error_pct'], '{:.3f}')}  "
         f"offered_rate_error_pct = {_f(fidelity['offered_rate_error_pct'], '{:.3f}')}"

@@ -8,6 +8,7 @@ Roles (see core.access): ``admin_user`` (platform admin), ``auditor_user``, ``me
 from __future__ import annotations
 
 import ast
+import functools
 import os
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from django.contrib.auth.models import Group
 from core.access import AUDITOR_GROUP
 from tests.factories import MembershipFactory, TenantFactory, UserFactory
 from tests.support.browser import browser, page  # noqa: F401  (fixtures for every app's browser tests)
+from tests.support.vllm import tiny_vllm, tiny_vllm_model  # noqa: F401  (the shared vLLM server)
 
 ROOT = Path(__file__).resolve().parent.parent
 # This run's tasks go to a queue only its own worker consumes, so a platform running on the same
@@ -41,25 +43,66 @@ def pytest_addoption(parser):
     )
 
 
-def _module_marks(path: Path) -> set[str]:
-    """The markers a test file's module-level ``pytestmark`` names, read from its source (no import:
-    importing is what costs the time)."""
+def _pytestmark_nodes(path: Path) -> list[ast.AST]:
+    """Every AST node of a test file's module-level ``pytestmark`` assignment (no import: importing
+    is what costs the time)."""
     source = path.read_text(encoding="utf-8")
     if "pytestmark" not in source:
-        return set()
-    names: set[str] = set()
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
+        return []
+    return [
+        sub
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)
+        for sub in ast.walk(node.value)
+    ]
+
+
+def _module_marks(path: Path) -> set[str]:
+    """The markers a test file's module-level ``pytestmark`` names, read from its source."""
+    return {
+        sub.attr
+        for sub in _pytestmark_nodes(path)
+        if isinstance(sub, ast.Attribute)
+        and isinstance(sub.value, ast.Attribute)
+        and sub.value.attr == "mark"
+    }
+
+
+@functools.cache
+def _module_xdist_group(path: Path) -> str | None:
+    """The group a file's ``pytestmark`` names with ``pytest.mark.xdist_group("name")``, if any."""
+    if not path.is_file():
+        return None
+    for sub in _pytestmark_nodes(path):
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr == "xdist_group"
+            and sub.args
+            and isinstance(sub.args[0], ast.Constant)
+            and isinstance(sub.args[0].value, str)
         ):
-            for sub in ast.walk(node.value):
-                if (
-                    isinstance(sub, ast.Attribute)
-                    and isinstance(sub.value, ast.Attribute)
-                    and sub.value.attr == "mark"
-                ):
-                    names.add(sub.attr)
-    return names
+            return sub.args[0].value
+    return None
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Whole files to workers (``--dist loadfile``), except that files naming one xdist group go to
+    one worker together, as one unit: they share a session fixture too slow to start once per
+    file (the tiny vLLM server, ``tests/support/vllm.py``). Under any other ``--dist`` mode,
+    pytest-xdist's own scheduler."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GroupedFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            group = _module_xdist_group(Path(config.rootpath, file))
+            return f"xdist_group:{group}" if group else file
+
+    return GroupedFileScheduling(config, log)
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -1,12 +1,12 @@
-"""Real vLLM (CPU backend) serving the locally generated tiny Llama: OpenAI streaming and Prometheus metrics.
+"""Real vLLM (CPU backend) serving the locally trained tiny Llama: OpenAI streaming and Prometheus metrics.
 
-Startup takes ~45 s alone and several minutes on a busy 2-core host; the module shares one server.
+Startup takes ~45 s alone and several minutes on a busy 2-core host; the files of the ``tiny-vllm``
+group share one server (``tests/support/vllm.py``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import httpx
@@ -15,21 +15,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engines.tiny_model import HEAD_DIM, MARKER, ensure_tiny_model
-from engines.vllm_cpu import vllm_cpu_server, vllm_unavailable_reason
-from tests.support.ci import skip_unless_ci
+from tests.support.vllm import MODEL_NAME, require_vllm  # noqa: F401  (require_vllm: re-exported)
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL_NAME = "tiny-llama"
-
-
-def require_vllm() -> None:
-    """Skip when vLLM is not installed; fail loudly when it is installed but cannot import."""
-    reason = vllm_unavailable_reason()
-    if reason is None:
-        return
-    if "not installed" in reason:
-        skip_unless_ci(reason)
-    pytest.fail(reason)
+# Its tests share the tiny vLLM server with the other files of the group (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("tiny-vllm")
 
 
 def metric_samples(text: str) -> dict[str, float]:
@@ -58,34 +48,18 @@ def test_tiny_model_is_generated_once_with_a_cpu_friendly_shape(tmp_path):
     assert json.loads((path / MARKER).read_text())["seed"] == 4
 
 
-@pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory):
-    require_vllm()
-    model = ensure_tiny_model(ROOT / "var/models/tiny-llama")
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    with vllm_cpu_server(
-        model_path=model, served_model_name=MODEL_NAME, max_num_seqs=8, log_path=log, timeout_s=900
-    ) as server:
-        print(f"vLLM healthy after {server.startup_s:.1f} s")
-        pgid = server.process.pid
-        assert len(_group(pgid)) >= 2  # API server + EngineCore (+ worker) in the server's own group
-        yield server
-    # stop() took the engine processes along: nothing of this server's process group is left.
-    assert _group(pgid) == []
-
-
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_streamed_chat_completion_carries_content_and_usage(vllm_server):
-    client = openai.OpenAI(base_url=vllm_server.openai_base_url, api_key="unused", timeout=300)
+def test_streamed_chat_completion_carries_content_and_usage(tiny_vllm):
+    client = openai.OpenAI(base_url=tiny_vllm.openai_base_url, api_key="unused", timeout=300)
     stream = client.chat.completions.create(
         model=MODEL_NAME,
         messages=[{"role": "user", "content": "Tell me about continuous batching."}],
         max_tokens=24,
         stream=True,
         stream_options={"include_usage": True},
-        extra_body={"ignore_eos": True},  # random weights: fix the length instead of hoping for EOS
+        extra_body={"ignore_eos": True},  # fix the length instead of hoping for EOS
     )
     chunks = list(stream)
     content = [c for c in chunks if c.choices and c.choices[0].delta.content]
@@ -106,8 +80,8 @@ def test_streamed_chat_completion_carries_content_and_usage(vllm_server):
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_completion_with_token_ids_and_model_list(vllm_server):
-    client = openai.OpenAI(base_url=vllm_server.openai_base_url, api_key="unused", timeout=300)
+def test_completion_with_token_ids_and_model_list(tiny_vllm):
+    client = openai.OpenAI(base_url=tiny_vllm.openai_base_url, api_key="unused", timeout=300)
     assert [m.id for m in client.models.list().data] == [MODEL_NAME]
     done = client.completions.create(
         model=MODEL_NAME, prompt=list(range(10, 74)), max_tokens=8, extra_body={"ignore_eos": True}
@@ -118,10 +92,10 @@ def test_completion_with_token_ids_and_model_list(vllm_server):
 @pytest.mark.vllm
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_metrics_use_vllm_names_and_count_the_work(vllm_server):
-    client = openai.OpenAI(base_url=vllm_server.openai_base_url, api_key="unused", timeout=300)
+def test_metrics_use_vllm_names_and_count_the_work(tiny_vllm):
+    client = openai.OpenAI(base_url=tiny_vllm.openai_base_url, api_key="unused", timeout=300)
     client.completions.create(model=MODEL_NAME, prompt="Hello", max_tokens=4, extra_body={"ignore_eos": True})
-    text = httpx.get(f"{vllm_server.base_url}/metrics", timeout=30).text
+    text = httpx.get(f"{tiny_vllm.base_url}/metrics", timeout=30).text
     values = metric_samples(text)
     assert values["vllm:num_requests_running"] == 0  # nothing in flight now
     assert "vllm:num_requests_waiting" in values and "vllm:kv_cache_usage_perc" in values
@@ -129,16 +103,3 @@ def test_metrics_use_vllm_names_and_count_the_work(vllm_server):
     assert values["vllm:prompt_tokens_total"] > 0
     assert values["vllm:time_to_first_token_seconds_count"] >= 1
     assert values["vllm:e2e_request_latency_seconds_count"] >= 1
-
-
-def _group(pgid: int) -> list[int]:
-    """Live processes of one process group."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.getpgid(int(entry)) == pgid:
-                    pids.append(int(entry))
-            except OSError:
-                pass
-    return pids

@@ -6,7 +6,8 @@ gate policy, and gate runs executed by ``evaluations.services.gates``. The only 
 in front of the vLLM servers, doing what Ray Serve's proxy does (``/d/<slug>/…``).
 
 Training runs once per recipe (a few CPU minutes, cached under var/models); each vLLM start takes
-~45 s alone and several minutes on a busy 2-core host. Figures are printed (``-s``) and written to var/benchmarks/gate-vllm-cpu.json.
+~45 s alone and several minutes on a busy 2-core host, so the trained model is served by the
+``tiny-vllm`` group's shared server (``tests/support/vllm.py``) and only the two copies start here. Figures are printed (``-s``) and written to var/benchmarks/gate-vllm-cpu.json.
 """
 
 from __future__ import annotations
@@ -17,18 +18,19 @@ import os
 
 import pytest
 
-from engines.tiny_train import Recipe, ensure_quantized_model, ensure_trained_model
+from engines.tiny_train import ensure_quantized_model
 from engines.vllm_cpu import vllm_cpu_server
 from evalkit.builtin import generate
 from evalkit.suites import dump_jsonl
 from evaluations.models import GateDecision
 from evaluations.services.evals import eval_suite_upload
 from evaluations.services.gates import gate_policy_save, gate_run_execute, gate_run_start
-from tests.engines.test_vllm_cpu import ROOT, require_vllm
+from tests.engines.test_vllm_cpu import ROOT
 from tests.evaluations.factories import DeploymentFactory
 from tests.evaluations.gate_fixtures import policy_body
 from tests.factories import GpuTypeFactory, ModelFactory, ModelVersionFactory
 from tests.support.servers import prefix_router
+from tests.support.vllm import MAX_MODEL_LEN, MAX_NUM_SEQS, MODEL_NAME
 
 # The arithmetic answer space is 20..198: guessing scores ~0.6 %. Trained for ~1,000 small steps the
 # model gets ~10 % of fresh cases right (the suite's seed is not the training stream's). The floor
@@ -38,13 +40,18 @@ N_CASES, SEED = 1000, 2026
 # 2-bit per row [−9.4, −5.1], so each verdict has more than a point of margin.
 MIN_SCORE, MAX_DROP = 0.05, 0.04
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.timeout(2400),
+    pytest.mark.xdist_group("tiny-vllm"),
+]
 
 
 @contextlib.contextmanager
 def _serving(routes: dict, slug: str, path, tmp_path):
-    with vllm_cpu_server(model_path=path, served_model_name="tiny", max_num_seqs=16,
-                         log_path=tmp_path / f"{slug}.log", timeout_s=900) as server:  # fmt: skip
+    with vllm_cpu_server(model_path=path, served_model_name=MODEL_NAME, max_num_seqs=MAX_NUM_SEQS,
+                         max_model_len=MAX_MODEL_LEN, log_path=tmp_path / f"{slug}.log", timeout_s=900) as server:  # fmt: skip
         routes[slug] = server.base_url
         try:
             yield server
@@ -68,10 +75,9 @@ def _report(name: str, d: GateDecision) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_quality_gate_on_vllm_cpu_blocks_the_coarse_copy_and_passes_the_4bit_copy(
-    tmp_path, settings, admin_user
+    tmp_path, settings, admin_user, tiny_vllm, tiny_vllm_model
 ):
-    require_vllm()
-    trained_dir = ensure_trained_model(Recipe(), root=ROOT / "var/models")
+    trained_dir = tiny_vllm_model  # served by the group's shared server (tests/support/vllm.py)
     dirs = {
         "trained": trained_dir,
         "rtn4g64": ensure_quantized_model(trained_dir, bits=4, group_size=64),
@@ -89,7 +95,7 @@ def test_quality_gate_on_vllm_cpu_blocks_the_coarse_copy_and_passes_the_4bit_cop
     rtn2 = ModelVersionFactory(model=model, label="rtn2-row", precision="w4a16", lifecycle="candidate",
                                baseline=trained)  # fmt: skip
     common = dict(engine_kind="vllm-cpu", gpu_type=gpu, tensor_parallel_size=1, status="RUNNING",
-                  served_model_name="tiny", max_model_len=1024, max_num_seqs=16)  # fmt: skip
+                  served_model_name=MODEL_NAME, max_model_len=MAX_MODEL_LEN, max_num_seqs=MAX_NUM_SEQS)  # fmt: skip
     for version, slug in ((trained, "tiny-trained"), (rtn4, "tiny-rtn4"), (rtn2, "tiny-rtn2")):
         DeploymentFactory(model_version=version, slug=slug, **common)
     cases = generate("arithmetic", seed=SEED, n=N_CASES)
@@ -103,11 +109,11 @@ def test_quality_gate_on_vllm_cpu_blocks_the_coarse_copy_and_passes_the_4bit_cop
     routes: dict[str, str] = {}
     with prefix_router(routes) as router:
         settings.RAY_SERVE_URL = router
-        with _serving(routes, "tiny-trained", dirs["trained"], tmp_path):
-            with _serving(routes, "tiny-rtn2", dirs["rtn2row"], tmp_path):
-                coarse = _decide(rtn2, admin_user)
-            with _serving(routes, "tiny-rtn4", dirs["rtn4g64"], tmp_path):
-                fine = _decide(rtn4, admin_user)
+        routes["tiny-trained"] = tiny_vllm.base_url
+        with _serving(routes, "tiny-rtn2", dirs["rtn2row"], tmp_path):
+            coarse = _decide(rtn2, admin_user)
+        with _serving(routes, "tiny-rtn4", dirs["rtn4g64"], tmp_path):
+            fine = _decide(rtn4, admin_user)
 
     base = coarse.measured["baseline"]["arithmetic"]
     figures = {"suite": f"arithmetic seed {SEED}", "cases": N_CASES, "max_drop": MAX_DROP, "min_score": MIN_SCORE,

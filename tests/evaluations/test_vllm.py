@@ -1,8 +1,9 @@
-"""A short harness run against real vLLM on CPU serving the generated tiny model: the report is complete."""
+"""A short harness run against real vLLM on CPU serving the tiny model: the report is complete.
+
+The server is the ``tiny-vllm`` group's shared one (``tests/support/vllm.py``).
+"""
 
 from __future__ import annotations
-
-import contextlib
 
 import pytest
 
@@ -10,36 +11,19 @@ from engines.workload import Workload, constant, uniform
 from evaluations.reports import build_results
 from loadtest import Sla, StageConfig, Target, run_stage
 from loadtest.runner import StageResult
-from tests.support.ci import skip_unless_ci
-from tests.support.servers import ROOT
+from tests.support.vllm import MODEL_NAME
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-
-
-@contextlib.contextmanager
-def tiny_vllm():
-    """The helper-owned launcher (``engines.vllm_cpu``) on the generated tiny model."""
-    from engines.tiny_model import ensure_tiny_model
-    from engines.vllm_cpu import vllm_cpu_server, vllm_unavailable_reason
-
-    if reason := vllm_unavailable_reason():
-        skip_unless_ci(reason)
-    model = ensure_tiny_model(ROOT / "var/models/tiny-llama")
-    with vllm_cpu_server(
-        model_path=model, served_model_name="tiny", max_num_seqs=8, max_model_len=512
-    ) as server:
-        yield server.openai_base_url
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.xdist_group("tiny-vllm")]
 
 
-def test_short_run_against_vllm_cpu_produces_a_complete_report():
-    with tiny_vllm() as url:
-        wl = Workload(arrival=constant(2), input=uniform(16, 48), output=uniform(8, 24))
-        res: StageResult = run_stage(
-            target=Target(base_url=url, model="tiny", request_timeout_s=120),
-            workload=wl,
-            stage=StageConfig(num_requests=12, warmup_requests=2, scrape_interval_s=0.5),
-            sla=Sla(ttft_ms=5000, tpot_ms=1000),
-        )
+def test_short_run_against_vllm_cpu_produces_a_complete_report(tiny_vllm):
+    wl = Workload(arrival=constant(2), input=uniform(16, 48), output=uniform(8, 24))
+    res: StageResult = run_stage(
+        target=Target(base_url=tiny_vllm.openai_base_url, model=MODEL_NAME, request_timeout_s=120),
+        workload=wl,
+        stage=StageConfig(num_requests=12, warmup_requests=2, scrape_interval_s=0.5),
+        sla=Sla(ttft_ms=5000, tpot_ms=1000),
+    )
     s = res.summary
     assert s["failed"] == 0, s["error_samples"]
     assert s["usage_missing"] == 0  # vLLM sends usage with stream_options.include_usage

@@ -1,7 +1,7 @@
-"""Against real vLLM on CPU (the generated tiny model): the harness sends the token counts it names,
+"""Against real vLLM on CPU (the tiny model): the harness sends the token counts it names,
 by vLLM's own prompt-token counter, and ``vllm bench serve`` replays the same stage for comparison.
 
-One server for the module (its start is the slow part).
+The server is the ``tiny-vllm`` group's shared one (its start is the slow part, ``tests/support/vllm.py``).
 """
 
 from __future__ import annotations
@@ -15,31 +15,22 @@ from loadtest import HarnessError, Sla, StageConfig, Target, run_stage
 from loadtest.runner import cross_check_stage
 from loadtest.tokens import SOURCE_ENDPOINT, SOURCE_TOKENIZER
 from tests.support.ci import skip_unless_ci
-from tests.support.servers import ROOT
+from tests.support.vllm import MAX_MODEL_LEN, MODEL_NAME
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.timeout(1500),
+    pytest.mark.xdist_group("tiny-vllm"),
+]
 
 LOOSE = Sla(ttft_ms=None, tpot_ms=None)
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from engines.tiny_model import ensure_tiny_model
-    from engines.vllm_cpu import vllm_cpu_server, vllm_unavailable_reason
-
-    if reason := vllm_unavailable_reason():
-        skip_unless_ci(reason)
-    model = ensure_tiny_model(ROOT / "var/models/tiny-llama")
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    with vllm_cpu_server(
-        model_path=model,
-        served_model_name="tiny",
-        max_num_seqs=8,
-        max_model_len=512,
-        log_path=log,
-        timeout_s=900,
-    ) as server:
-        yield server, str(model)
+def tiny(tiny_vllm, tiny_vllm_model):
+    """The ``tiny-vllm`` group's shared server and its model directory (also its tokenizer)."""
+    return tiny_vllm, str(tiny_vllm_model)
 
 
 def prompt_tokens_total(server) -> float:
@@ -54,7 +45,7 @@ def test_the_server_counts_exactly_the_prompt_tokens_the_stage_names(tiny, with_
     server, model_dir = tiny
     target = Target(
         base_url=server.openai_base_url,
-        model="tiny",
+        model=MODEL_NAME,
         request_timeout_s=300,
         tokenizer=model_dir if with_tokenizer else "",
     )
@@ -80,12 +71,12 @@ def test_the_server_counts_exactly_the_prompt_tokens_the_stage_names(tiny, with_
 
 def test_a_length_above_the_served_context_is_refused_and_nothing_is_sent(tiny):
     server, _ = tiny
-    target = Target(base_url=server.openai_base_url, model="tiny", request_timeout_s=300)
+    target = Target(base_url=server.openai_base_url, model=MODEL_NAME, request_timeout_s=300)
     before = prompt_tokens_total(server)
-    with pytest.raises(HarnessError, match="context of 512"):
+    with pytest.raises(HarnessError, match=f"context of {MAX_MODEL_LEN}"):
         run_stage(
             target=target,
-            workload=Workload(arrival=poisson(2), input=fixed(500), output=fixed(64)),
+            workload=Workload(arrival=poisson(2), input=fixed(MAX_MODEL_LEN - 24), output=fixed(64)),
             stage=StageConfig(num_requests=4),
             sla=LOOSE,
         )
@@ -98,7 +89,9 @@ def test_vllm_bench_serve_replays_the_stage_and_both_tools_agree_on_what_was_sen
     if vllm_cli() is None:
         skip_unless_ci("no vllm command")
     server, model_dir = tiny
-    target = Target(base_url=server.openai_base_url, model="tiny", request_timeout_s=300, tokenizer=model_dir)
+    target = Target(
+        base_url=server.openai_base_url, model=MODEL_NAME, request_timeout_s=300, tokenizer=model_dir
+    )
     wl = Workload(arrival=poisson(3), input=uniform(32, 96), output=fixed(8))
     stage = StageConfig(num_requests=12, seed=3)
     res = run_stage(target=target, workload=wl, stage=stage, sla=LOOSE)
