@@ -15,11 +15,16 @@ A difference the size of the repeat spread says nothing about which tool is righ
 above it does. Conditions (load average, cores, engine threads) are printed and stored.
 
     python -m benchmarks.crosscheck --json var/benchmarks/crosscheck.json
+    python -m benchmarks.crosscheck --base-url http://127.0.0.1:8000 --model DIR --served-model-name NAME
+
+With ``--base-url`` it measures a server already running (the test suite's shared one, or your
+own) instead of starting one; the engine's settings are then that server's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -50,24 +55,38 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def run(*, rounds: int, requests: int, rate: float, input_len: int, output_len: int) -> dict:
+def run(
+    *,
+    rounds: int,
+    requests: int,
+    rate: float,
+    input_len: int,
+    output_len: int,
+    base_url: str | None = None,
+    model_dir: Path | None = None,
+    served_model_name: str = "tiny",
+) -> dict:
+    """The rounds against a vLLM server of the tiny model this starts, or against the running one at
+    ``base_url`` (serving ``model_dir``, whose tokenizer both tools count with, as ``served_model_name``)."""
     from engines.tiny_model import ensure_tiny_model
-    from engines.vllm_cpu import default_threads, vllm_cpu_server, vllm_unavailable_reason
+    from engines.vllm_cpu import default_threads, vllm_unavailable_reason
     from loadtest.crosscheck import vllm_cli
     from loadtest.runner import cross_check_stage
 
     reason = vllm_unavailable_reason() or (None if vllm_cli() else "vLLM's benchmark is not importable")
     if reason:
         raise SystemExit(f"cannot cross-check here: {reason}")
-    model = ensure_tiny_model(ROOT / "var/models/tiny-llama")
+    model = model_dir or ensure_tiny_model(ROOT / "var/models/tiny-llama")
     workload = Workload(arrival=poisson(rate), input=fixed(input_len), output=fixed(output_len))
     loose = Sla(ttft_ms=None, tpot_ms=None)
     out_rounds: list[dict] = []
-    with vllm_cpu_server(
-        model_path=model, served_model_name="tiny", max_num_seqs=8, max_model_len=1024, timeout_s=900
-    ) as server:
+    if base_url:
+        serving = contextlib.nullcontext(base_url.rstrip("/") + "/v1")
+    else:
+        serving = _started(model, served_model_name)
+    with serving as openai_base_url:
         target = Target(
-            base_url=server.openai_base_url, model="tiny", request_timeout_s=300, tokenizer=str(model)
+            base_url=openai_base_url, model=served_model_name, request_timeout_s=300, tokenizer=str(model)
         )
         print(
             f"{'round':>5} {'tool':>17} {'TTFT p50 ms':>11} {'TPOT p50 ms':>11} {'ITL p50 ms':>10} "
@@ -122,6 +141,20 @@ def run(*, rounds: int, requests: int, rate: float, input_len: int, output_len: 
     }
 
 
+@contextlib.contextmanager
+def _started(model: Path, served_model_name: str):
+    from engines.vllm_cpu import vllm_cpu_server
+
+    with vllm_cpu_server(
+        model_path=model,
+        served_model_name=served_model_name,
+        max_num_seqs=8,
+        max_model_len=1024,
+        timeout_s=900,
+    ) as server:
+        yield server.openai_base_url
+
+
 def _fmt(x, fmt: str = "{:.1f}") -> str:
     return "-" if x is None else fmt.format(x)
 
@@ -134,12 +167,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--json", dest="json_path")
+    p.add_argument(
+        "--base-url",
+        default=None,
+        help="cross-check a running vLLM server (http://host:port) instead of starting one",
+    )
+    p.add_argument("--model", type=Path, default=None, help="with --base-url: the model directory it serves")
+    p.add_argument(
+        "--served-model-name", default="tiny", help="with --base-url: the name it serves the model as"
+    )
     add_smoke_flag(p, rounds=2, requests=4, rate=4.0, input_len=16, output_len=4)
     a = apply_smoke(p.parse_args(argv))
     if a.rounds < 2 or a.requests < 2 or a.rate <= 0 or a.input_len < 1 or a.output_len < 2:
         p.error("need --rounds >= 2, --requests >= 2, --rate > 0, --input-len >= 1, --output-len >= 2")
+    if a.base_url and not (a.model and (a.model / "tokenizer.json").is_file()):
+        p.error("--base-url needs --model: the directory of the model that server serves (its tokenizer)")
     out = run(
-        rounds=a.rounds, requests=a.requests, rate=a.rate, input_len=a.input_len, output_len=a.output_len
+        rounds=a.rounds,
+        requests=a.requests,
+        rate=a.rate,
+        input_len=a.input_len,
+        output_len=a.output_len,
+        base_url=a.base_url,
+        model_dir=a.model,
+        served_model_name=a.served_model_name,
     )
     out["smoke"] = a.smoke
     out["command"] = "python -m benchmarks.crosscheck " + " ".join(argv if argv is not None else sys.argv[1:])

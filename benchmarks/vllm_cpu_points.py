@@ -383,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--model", type=Path, default=ROOT / DEFAULT_PATH)
     p.add_argument(
-        "--base-url", default=None, help="use a running server (started with this script's ENGINE)"
+        "--base-url",
+        default=None,
+        help="use a running server (started with this script's ENGINE; serving --model as tiny-llama)",
     )
     p.add_argument("--threads", type=int, default=None, help="engine OMP threads (default: cores - 1)")
     p.add_argument("--compile", action="store_true", help="let vLLM compile with Inductor (slower start)")
@@ -407,7 +409,13 @@ def main(argv: list[str] | None = None) -> int:
     if any(len(shape) != 2 or min(shape) < 1 for shape in shapes):
         p.error("--shapes takes INxOUT pairs of positive token counts, e.g. 512x32,64x256")
 
-    model_path = ensure_tiny_model(a.model)
+    if a.base_url:
+        # The model that server serves, read as it is (never regenerated): its shape is the spec.
+        model_path = a.model.resolve()
+        if not (model_path / "config.json").is_file():
+            p.error(f"--base-url needs --model: the directory of the model that server serves ({model_path})")
+    else:
+        model_path = ensure_tiny_model(a.model)
     threads = a.threads or default_threads()
     server = None
     started = time.perf_counter()

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from procs import free_port
+from procs import free_port, free_ports  # noqa: F401  (free_port: re-exported)
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY_BIN = str(Path(sys.executable).with_name("ray"))
@@ -106,8 +106,8 @@ def start_ray_cluster(*, num_cpus: int = 2, object_store_memory: int = 100_000_0
     """Start a head node on private ports; returns once the dashboard answers."""
     # Unix socket paths must stay short (<108 bytes), hence a short temp dir under /tmp.
     temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")
-    gcs_port = free_port()
-    dash_port = free_port()
+    # Distinct ports for every component (ports picked one at a time can repeat).
+    gcs_port, dash_port, client_port, agent_port, serve_port = free_ports(5)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -133,9 +133,9 @@ def start_ray_cluster(*, num_cpus: int = 2, object_store_memory: int = 100_000_0
         "--temp-dir",
         temp_dir,
         "--ray-client-server-port",
-        str(free_port()),
+        str(client_port),
         "--dashboard-agent-listen-port",
-        str(free_port()),
+        str(agent_port),
         "--disable-usage-stats",
     ]
     proc = subprocess.Popen(
@@ -146,7 +146,7 @@ def start_ray_cluster(*, num_cpus: int = 2, object_store_memory: int = 100_000_0
     cluster = RayTestCluster(
         address=f"127.0.0.1:{gcs_port}",
         dashboard_url=f"http://127.0.0.1:{dash_port}",
-        serve_port=free_port(),
+        serve_port=serve_port,
         temp_dir=temp_dir,
         pgid=pgid,
         env={**env, "RAY_ADDRESS": f"127.0.0.1:{gcs_port}"},

@@ -22,9 +22,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def free_port() -> int:
     """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports that were free a moment ago on 127.0.0.1.
+
+    Every socket stays bound until all are chosen: ``free_port()`` called twice may return the same
+    port, since the first is released before the second is asked for (a Ray head given one port
+    for two of its components refuses to start).
+    """
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(n):
+            s = stack.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return ports
 
 
 def wait_http(url: str, *, timeout_s: float = 20.0, proc: subprocess.Popen | None = None) -> None:

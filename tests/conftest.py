@@ -43,6 +43,21 @@ def pytest_addoption(parser):
     )
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Four workers for the full suite (the addopts), two for ``--fast`` unless ``-n`` was given.
+
+    The full suite mostly waits (on vLLM and Ray starting, Celery tasks, browsers, outages held for
+    a minute), so four workers on two cores overlap those waits; beside two busy loops it took 23
+    minutes with four where it took 66 with two (ADR 0013). The fast tier is in-process CPU work,
+    where two more workers only add two more test databases and collections: 92 s with two, 130 s
+    with four on a quiet 2-core host."""
+    args = config.invocation_params.args
+    explicit = any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in args)
+    if config.getoption("--fast", default=False) and not explicit and config.option.numprocesses:
+        config.option.numprocesses = 2
+
+
 def _pytestmark_nodes(path: Path) -> list[ast.AST]:
     """Every AST node of a test file's module-level ``pytestmark`` assignment (no import: importing
     is what costs the time)."""

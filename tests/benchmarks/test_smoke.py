@@ -21,7 +21,8 @@ pytestmark = pytest.mark.process
 ROOT = Path(__file__).resolve().parents[2]
 
 # name -> (keys its JSON must carry, extra arguments, marks); a name may carry a mode after a "-"
-# (``gateway-swaps`` runs ``benchmarks.gateway --swaps``).
+# (``gateway-swaps`` runs ``benchmarks.gateway --swaps``). The two vLLM benchmarks run against the
+# suite's shared vLLM server instead (``test_smoke_vllm.py``).
 BENCHMARKS = {
     "billing": (("rollup_events_per_s", "cost_page_p95_ms", "events", "conditions"), (), [pytest.mark.slow]),
     "simulator": (
@@ -46,11 +47,6 @@ BENCHMARKS = {
     "rollouts": (("abort_s", "bad_requests_after_abort", "usage_ship_lag_ms"), (), [pytest.mark.slow]),
     "gates": (("gate_wall_s", "gate_s", "verdicts", "conditions"), (), [pytest.mark.slow]),
     "deployments": (("summary", "rounds", "ray_version"), (), [pytest.mark.ray, pytest.mark.slow]),
-    "crosscheck": (
-        ("tool_ttft_diff_pct", "tool_tpot_diff_pct", "repeat_ttft_spread_pct", "conditions"),
-        (),
-        [pytest.mark.vllm, pytest.mark.slow],
-    ),
     "http1_parsers": (("us_per_response", "ratio_to_llhttp", "conditions"), (), []),
     # Starts an engine pair and four gateways (one per swapped piece): tens of seconds on a busy host.
     "gateway-swaps": (
@@ -58,19 +54,12 @@ BENCHMARKS = {
         ("--swaps",),
         [pytest.mark.slow],
     ),
-    "vllm_cpu_points": (
-        ("model", "gpu", "engine", "points", "meta"),
-        (),
-        [pytest.mark.vllm, pytest.mark.slow],
-    ),
 }
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(name, marks=marks, id=name) for name, (_, _, marks) in BENCHMARKS.items()]
-)
-def test_benchmark_smoke_run_writes_its_figures(name, tmp_path):
-    keys, extra, _ = BENCHMARKS[name]
+def smoke_run(name: str, keys: tuple[str, ...], extra: tuple[str, ...], tmp_path: Path) -> dict:
+    """``python -m benchmarks.<name> --smoke --json FILE [extra]``: its figures, once it exited 0 and
+    wrote every key in ``keys`` and marked the run as a smoke run."""
     out = tmp_path / f"{name}.json"
     env = dict(os.environ)
     env.setdefault("SECRET_KEY", "governor-test-secret-key-not-for-production")
@@ -90,6 +79,15 @@ def test_benchmark_smoke_run_writes_its_figures(name, tmp_path):
     assert not missing, f"benchmarks.{name} --smoke wrote no {missing}"
     smoke = figures.get("smoke", figures.get("meta", {}).get("smoke"))
     assert smoke is True, f"benchmarks.{name} does not mark its smoke run as such"
+    return figures
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=marks, id=name) for name, (_, _, marks) in BENCHMARKS.items()]
+)
+def test_benchmark_smoke_run_writes_its_figures(name, tmp_path):
+    keys, extra, _ = BENCHMARKS[name]
+    figures = smoke_run(name, keys, extra, tmp_path)
     if name == "gateway-swaps":
         # Every piece was measured both ways under both loads (the figures themselves mean nothing).
         for piece in ("redis", "upstream", "pusher"):
