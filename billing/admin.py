@@ -7,16 +7,13 @@ from billing.models import (
     Budget,
     BudgetAlert,
     Membership,
-    Notification,
     Price,
     Reprice,
     RollupCursor,
     Tenant,
     TenantLimits,
-    TenantWebhook,
     UsageEvent,
     UsageRollup,
-    WebhookDelivery,
 )
 from core.admin_views import ReadOnlyAdmin, ReadOnlyInline
 
@@ -109,21 +106,3 @@ class RepriceAdmin(ReadOnlyAdmin):
         "repriced_nanos",
         "created_at",
     )
-
-
-@admin.register(Notification)
-class NotificationAdmin(ReadOnlyAdmin):
-    list_display = ("tenant", "kind", "title", "created_at")
-    list_filter = ("kind", "tenant")
-    exclude = ("read_by",)
-
-
-@admin.register(TenantWebhook)
-class TenantWebhookAdmin(ReadOnlyAdmin):
-    list_display = ("tenant", "url", "is_active", "updated_at")
-
-
-@admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(ReadOnlyAdmin):
-    list_display = ("notification", "url", "status", "attempts", "next_attempt_at", "delivered_at")
-    list_filter = ("status",)

@@ -1,13 +1,13 @@
 """Billing's reactions to events (registered in ``settings.GOVERNOR_REACTIONS``, ADR 0030).
 
-Each runs at least once per event, so each is idempotent: it publishes the current state, clears a
-mark that may already be clear, or enqueues a delivery whose task sends only what is still pending.
+Each runs at least once per event, so each is idempotent: it publishes the current state, or clears a
+mark that may already be clear.
 """
 
 from __future__ import annotations
 
 from billing.models import Budget
-from billing.services import budgets, gateway_config, notifications
+from billing.services import budgets, gateway_config
 from events.services import coalescing
 
 
@@ -23,8 +23,3 @@ def refusal_mark_clear(event) -> None:
     budget = Budget.objects.filter(tenant_id=tenant_id).only("period").first()
     if budget is not None:
         budgets._refusal_mark_clear(tenant_id=tenant_id, period=budget.period)
-
-
-def webhook_enqueue(event) -> None:
-    """A notification has a webhook to send: its first attempt, now (the retry beat sends the rest)."""
-    notifications._enqueue_delivery(event.payload["delivery"])

@@ -5,7 +5,6 @@ Beat schedule (wired in ``workers/celery.py``):
   gateway snapshot, so gateways converge even if a change notification was lost or Redis restarted,
   and budget spend seeds are refreshed from Postgres (counters lost with Redis are rebuilt from them).
 - ``billing.budget_alerts_record`` every 60 s: soft-threshold crossings become BudgetAlert rows.
-- ``billing.webhooks_retry`` every 30 s: webhook deliveries whose backoff has run out are retried.
 - ``billing.usage_rollup`` every 30 s: usage events after the high-water mark roll up into the
   hourly and daily aggregates the cost pages read (idempotent; a crashed run is redone by the next).
 """
@@ -14,7 +13,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from billing.services import budgets, gateway_config, notifications, rollups
+from billing.services import budgets, gateway_config, rollups
 
 
 @shared_task(
@@ -38,15 +37,3 @@ def budget_alerts_record() -> int:
 def usage_rollup() -> dict:
     """Roll usage events up into hourly and daily aggregates until caught up."""
     return rollups.usage_rollup_run()
-
-
-@shared_task(name="billing.webhook_deliver", soft_time_limit=30, time_limit=60)
-def webhook_deliver(delivery_id: int) -> str:
-    """One attempt at a notification's webhook POST; a failure is rescheduled with backoff on its row."""
-    return notifications.webhook_deliver(delivery_id=delivery_id)
-
-
-@shared_task(name="billing.webhooks_retry", soft_time_limit=120, time_limit=180)
-def webhooks_retry() -> int:
-    """Retry the webhook deliveries that are due; returns how many were delivered."""
-    return notifications.webhook_deliveries_due()

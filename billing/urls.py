@@ -1,6 +1,6 @@
 from django.urls import path
 
-from billing.views import budgets, costs, keys, notifications, prices, tenancy, usage
+from billing.views import budgets, costs, keys, prices, tenancy, usage
 
 app_name = "billing"
 
@@ -9,12 +9,6 @@ urlpatterns = [
     path("tenants/new/", tenancy.TenantCreateView.as_view(), name="tenant_create"),
     path("tenants/<slug:slug>/", tenancy.TenantDetailView.as_view(), name="tenant_detail"),
     path("tenants/<slug:slug>/cost/", costs.TenantCostView.as_view(), name="tenant_cost"),
-    path("tenants/<slug:slug>/webhook/", notifications.TenantWebhookView.as_view(), name="tenant_webhook"),
-    path("notifications/", notifications.NotificationListView.as_view(), name="notification_list"),
-    path("notifications/badge/", notifications.NotificationBadgeView.as_view(), name="notification_badge"),
-    path(
-        "notifications/<int:pk>/read/", notifications.NotificationReadView.as_view(), name="notification_read"
-    ),
     path("tenants/<slug:slug>/edit/", tenancy.TenantEditView.as_view(), name="tenant_edit"),
     path("tenants/<slug:slug>/members/", tenancy.TenantMemberAddView.as_view(), name="tenant_member_add"),
     path(

@@ -312,7 +312,7 @@ def _mark_unreachable(error: str) -> None:
         _apply(d, fields)
     if changed:
         # The signal "a deployment is unreachable" (issue 28), and the gateway stops routing to it.
-        _publish_routes("deployments.cluster_unreachable")
+        _publish_routes("deployments.cluster_unreachable", {"message": message[:500]})
 
 
 @transaction.atomic
@@ -340,10 +340,10 @@ def _apply(d: Deployment, fields: dict) -> None:
         )
 
 
-def _publish_routes(kind: str = "deployments.status_changed") -> None:
+def _publish_routes(kind: str = "deployments.status_changed", payload: dict | None = None) -> None:
     """What the gateway may route to changed: an operational signal outside the audit chain, which
     republishes the ``routes`` section after commit (``deployments.reactions.routes_publish``)."""
-    emit(kind)
+    emit(kind, payload=payload)
 
 
 def _prune_runs() -> None:

@@ -18,6 +18,7 @@ from decimal import Decimal as D
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
+from django.utils import timezone
 
 from billing.selectors.tenancy import membership_role, tenant_by_slug
 from billing.services.tenancy import membership_set, tenant_create, tenant_update
@@ -35,6 +36,7 @@ from core.access import AUDITOR_GROUP
 from deployments import demo as deployments_demo
 from evaluations import demo as evaluations_demo
 from governor.models import DemoSeedRecord
+from notify import services as notify_services
 
 log = logging.getLogger(__name__)
 
@@ -382,6 +384,21 @@ def _seed_tenants(seed: Seed, users: dict) -> dict:
 
 
 @transaction.atomic
+def _seed_rota(seed: Seed, users: dict) -> None:
+    """An on-call rota of the demo's platform admin, so that signals page someone from the start."""
+    if not seed.wants("rota:platform") or "admin" not in users:
+        return
+    notify_services.rota_set(
+        name="Platform on-call",
+        usernames=["admin"],
+        shift_hours=168,
+        escalate_after_minutes=15,
+        handover_at=timezone.now().replace(minute=0, second=0, microsecond=0),
+        actor=SEED_ACTOR,
+    )
+    seed.created("rota:platform")
+
+
 def seed_demo(*, reset: bool = False) -> list[tuple[str, str, str]]:
     """Create what of the demo is missing (or, with ``reset``, restore it); returns the demo logins."""
     seed = Seed(reset=reset)
@@ -393,4 +410,5 @@ def seed_demo(*, reset: bool = False) -> list[tuple[str, str, str]]:
     # The apps' own demo data: deployments and routes, then eval suites, profiles and gate policies.
     deployments_demo.seed_demo(users=users, tenants=tenants, seed=seed)
     evaluations_demo.seed_demo(users=users, tenants=tenants, seed=seed)
+    _seed_rota(seed, users)
     return [(u, p, r + (f" ({t})" if t else "")) for u, p, r, t in USERS]

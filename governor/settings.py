@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "audit",
     "catalog",
     "billing",
+    "notify",
     "deployments",
     "evaluations",
 ]
@@ -296,7 +297,11 @@ GOVERNOR_REACTIONS = {
     "budget.create": ["billing.reactions.tenancy_publish", "billing.reactions.refusal_mark_clear"],
     "budget.update": ["billing.reactions.tenancy_publish", "billing.reactions.refusal_mark_clear"],
     "budget.delete": ["billing.reactions.tenancy_publish"],
-    "billing.webhook_queued": ["billing.reactions.webhook_enqueue"],
+    # notify: a queued webhook delivery gets its first attempt now; signals that need a person page
+    # the platform's on-call.
+    "notify.delivery_queued": ["notify.reactions.delivery_enqueue"],
+    "deployments.analysis_failed": ["notify.reactions.page_oncall"],
+    "evaluations.gate_failed": ["notify.reactions.page_oncall"],
     # deployments: Ray follows desired state; the gateway's routes section follows what it may route to.
     "deployment.*": ["deployments.reactions.reconcile", "deployments.reactions.routes_publish"],
     "modelroute.*": ["deployments.reactions.routes_publish"],
@@ -304,7 +309,10 @@ GOVERNOR_REACTIONS = {
     "routetarget.*": ["deployments.reactions.routes_publish"],
     "route.*": ["deployments.reactions.routes_publish"],
     "deployments.status_changed": ["deployments.reactions.routes_publish"],
-    "deployments.cluster_unreachable": ["deployments.reactions.routes_publish"],
+    "deployments.cluster_unreachable": [
+        "deployments.reactions.routes_publish",
+        "notify.reactions.page_oncall",
+    ],
     "rollout.start": ["deployments.reactions.rollout_kick"],
     "rollout.resume": ["deployments.reactions.rollout_kick"],
     "deployments.analysis_due": ["deployments.reactions.analysis_enqueue"],
@@ -330,7 +338,10 @@ EVENTS_KEEP_DAYS = env_float("EVENTS_KEEP_DAYS", 7.0)
 # platform admin: host names, host:port, addresses or CIDR networks, comma-separated.
 OUTBOUND_ALLOWED_DESTINATIONS = env_list("OUTBOUND_ALLOWED_DESTINATIONS", [])
 
-# Budget notifications email tenant admins; the console backend (stdout) unless a real one is set.
+# Where people reach the console: links in notifications and webhook payloads point here.
+CONSOLE_PUBLIC_URL = env_str("CONSOLE_PUBLIC_URL", "http://127.0.0.1:8000")
+
+# Notifications email tenant admins and the on-call; the console backend (stdout) unless a real one is set.
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25)

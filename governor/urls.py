@@ -18,6 +18,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("catalog/", include("catalog.urls")),
     path("billing/", include("billing.urls")),
+    path("notifications/", include("notify.urls")),
     path("audit/", include("audit.urls")),
     path("api/catalog/", include("catalog.api.urls")),
     path("api/billing/", include("billing.api.urls")),

@@ -14,7 +14,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governor.settings")
 
 app = Celery("governor")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["workers", "events", "audit", "catalog", "billing", "deployments", "evaluations"])
+app.autodiscover_tasks(["workers", "events", "audit", "catalog", "billing", "notify", "deployments", "evaluations"])
 
 # Periodic work. Entries are added by the apps that own the work (see each tasks.py docstring).
 app.conf.beat_schedule = {}
@@ -85,9 +85,14 @@ app.conf.beat_schedule["billing-usage-rollup"] = {
     "options": {"expires": 30.0},
 }
 
-# billing: retry tenant webhook deliveries whose backoff has run out.
-app.conf.beat_schedule["billing-webhooks-retry"] = {
-    "task": "billing.webhooks_retry",
+# notify: retry webhook deliveries whose backoff has run out; escalate pages nobody acknowledged.
+app.conf.beat_schedule["notify-deliveries-retry"] = {
+    "task": "notify.deliveries_retry",
+    "schedule": 30.0,
+    "options": {"expires": 30.0},
+}
+app.conf.beat_schedule["notify-pages-escalate"] = {
+    "task": "notify.pages_escalate",
     "schedule": 30.0,
     "options": {"expires": 30.0},
 }

@@ -3,7 +3,6 @@
 from billing.models.budgets import Budget, BudgetAlert
 from billing.models.keys import ApiKey, TenantLimits
 from billing.models.money import NANOS_PER_USD
-from billing.models.notifications import Notification, TenantWebhook, WebhookDelivery
 from billing.models.prices import Price, Reprice
 from billing.models.rollups import RollupCursor, UsageRollup
 from billing.models.tenancy import Membership, Tenant
@@ -15,14 +14,11 @@ __all__ = [
     "Budget",
     "BudgetAlert",
     "Membership",
-    "Notification",
     "Price",
     "Reprice",
     "RollupCursor",
     "Tenant",
     "TenantLimits",
-    "TenantWebhook",
     "UsageEvent",
     "UsageRollup",
-    "WebhookDelivery",
 ]

@@ -306,24 +306,23 @@ def test_revoking_another_tenants_key_is_a_404_and_a_security_event(
 def test_writes_to_another_tenants_webhook_notification_and_keys_are_recorded(
     outsider_client, outsider_user, admin_user, tenant
 ):
-    from billing.models import BudgetAlert, Notification
+    from notify.models import Notification
 
     r = outsider_client.post(
-        reverse("billing:tenant_webhook", args=[tenant.slug]), {"url": "https://x.example/"}
+        reverse("notify:tenant_webhook", args=[tenant.slug]), {"url": "https://x.example/"}
     )
     assert r.status_code == 404
-    alert = BudgetAlert.objects.create(tenant=tenant, period_key="m2026-12", percent=50, spent_nanos=1)
     note = Notification.objects.create(
-        tenant=tenant, kind="budget_threshold", alert=alert, title="t", body="b"
+        audience="tenant", tenant=tenant, kind="budget_threshold", title="t", body="b"
     )
-    assert outsider_client.post(reverse("billing:notification_read", args=[note.pk])).status_code == 404
+    assert outsider_client.post(reverse("notify:notification_read", args=[note.pk])).status_code == 404
     r = outsider_client.post(
         reverse("api-key-list"), {"tenant": tenant.slug, "name": "mine now"}, content_type="application/json"
     )
     assert r.status_code == 400 and r.json() == {"tenant": ["No such tenant."]}
     assert [(e.actor, e.object_type, e.tenant_id) for e in _security_events()] == [
         ("outsider", "billing.tenant", tenant.pk),
-        ("outsider", "billing.notification", tenant.pk),
+        ("outsider", "notify.notification", tenant.pk),
         ("outsider", "billing.tenant", tenant.pk),
     ]
     assert not note.read_by.exists() and not ApiKey.objects.exists()
@@ -365,11 +364,11 @@ def test_at_the_cap_the_page_shows_the_gateways_refusals_and_admins_are_notified
     import re
     import uuid
 
-    from billing.models import Notification
     from billing.selectors.costs import budget_burndown
     from billing.selectors.spend import period_bounds
     from billing.services.budgets import budget_alerts_record, budget_set
     from billing.services.rollups import usage_rollup_run
+    from notify.models import Notification
     from tests.billing.test_rollups import make_event
 
     settings.GATEWAY_KEY_PREFIX = prefix = f"test-{uuid.uuid4().hex[:8]}:"

@@ -76,6 +76,8 @@ def test_admin_navigation_fits_1280_px_with_log_out_in_view(
         reverse("billing:tenant_list"),
         reverse("billing:tenant_cost", args=[tenant.slug]),
         reverse("audit:event_list"),
+        reverse("notify:notification_list"),
+        reverse("notify:oncall"),
     ]
     for path in pages:
         page.goto(live_server.url + path)

@@ -1,5 +1,6 @@
-"""Budget notifications: once per threshold per period (across a period reset), email, webhook with
-backoff against a real loopback receiver, the list and badge by role, and tenant webhooks."""
+"""Budget notifications through the notify app: once per threshold per period (across a period reset),
+email, webhook with backoff against a real loopback receiver, the list and badge by role, and tenant
+webhooks."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ from django.core import mail
 from django.urls import reverse
 
 from audit.models import AuditEvent
-from billing.models import BudgetAlert, Notification, TenantWebhook, WebhookDelivery
+from billing.models import BudgetAlert
 from billing.services.budgets import budget_alerts_record, budget_set
-from billing.services.notifications import (
-    WEBHOOK_MAX_ATTEMPTS,
-    tenant_webhook_set,
-    webhook_deliver,
-    webhook_deliveries_due,
-)
+from notify.models import Delivery as WebhookDelivery
+from notify.models import Endpoint as TenantWebhook
+from notify.models import Notification
+from notify.services import WEBHOOK_MAX_ATTEMPTS
+from notify.services import deliveries_due as webhook_deliveries_due
+from notify.services import delivery_send as webhook_deliver
+from notify.services import tenant_endpoint_set as tenant_webhook_set
 from tests.billing.test_rollups import make_event
 
 pytestmark = pytest.mark.django_db
@@ -85,7 +87,8 @@ def test_a_threshold_notifies_once_per_period_and_again_after_the_reset(tenant, 
     assert budget_alerts_record(at=DAY1 + dt.timedelta(hours=2)) == 0  # same period: nothing new
     notes = list(Notification.objects.all())
     assert len(notes) == 1 and "50%" in notes[0].title
-    assert notes[0].alert.period_key == BudgetAlert.objects.get().period_key
+    assert notes[0].payload["period"] == BudgetAlert.objects.get().period_key
+    assert notes[0].audience == "tenant" and notes[0].tenant == tenant
     assert len(mail.outbox) == 1 and mail.outbox[0].to == ["tenantadmin@example.com"]
     assert notes[0].emailed_to == ["tenantadmin@example.com"]
     # Next day: a new period; the same threshold notifies again, and 80% for the first time.
@@ -93,7 +96,7 @@ def test_a_threshold_notifies_once_per_period_and_again_after_the_reset(tenant, 
     make_event(tenant, at=day2, cost=900_000_000)
     assert budget_alerts_record(at=day2 + dt.timedelta(hours=1)) == 2
     assert Notification.objects.count() == 3
-    k1 = notes[0].alert.period_key
+    k1 = notes[0].payload["period"]
     k2 = BudgetAlert.objects.exclude(period_key=k1).values_list("period_key", flat=True).first()
     assert k2 and k2 != k1
     assert set(BudgetAlert.objects.values_list("period_key", "percent")) == {(k1, 50), (k2, 50), (k2, 80)}
@@ -152,7 +155,7 @@ def test_notification_list_and_badge_by_role(
 ):
     make_event(tenant, at=DAY1, cost=600_000_000)
     budget_alerts_record(at=DAY1 + dt.timedelta(hours=1))
-    url = reverse("billing:notification_list")
+    url = reverse("notify:notification_list")
     for role, sees in [("admin", True), ("auditor", True), ("member", False), ("outsider", False)]:
         r = role_clients[role].get(url)
         assert r.status_code == 200
@@ -160,19 +163,19 @@ def test_notification_list_and_badge_by_role(
     assert role_clients["anon"].get(url).status_code == 302
     assert norole_client.get(url).status_code == 403
     assert "passed 50%" in tenant_admin_client.get(url).content.decode()
-    badge = reverse("billing:notification_badge")
+    badge = reverse("notify:notification_badge")
     assert ">1</span>" in tenant_admin_client.get(badge).content.decode()
     assert role_clients["member"].get(badge).content.decode() == ""
     note = Notification.objects.get()
     assert (
-        role_clients["outsider"].post(reverse("billing:notification_read", args=[note.pk])).status_code == 404
+        role_clients["outsider"].post(reverse("notify:notification_read", args=[note.pk])).status_code == 404
     )
-    assert tenant_admin_client.post(reverse("billing:notification_read", args=[note.pk])).status_code == 302
+    assert tenant_admin_client.post(reverse("notify:notification_read", args=[note.pk])).status_code == 302
     assert tenant_admin_client.get(badge).content.decode() == ""
 
 
 def test_tenant_webhook_permissions_and_validation(tenant_admin_client, role_clients, tenant):
-    url = reverse("billing:tenant_webhook", args=[tenant.slug])
+    url = reverse("notify:tenant_webhook", args=[tenant.slug])
     assert role_clients["member"].post(url, {"url": "http://127.0.0.1:9/x"}).status_code == 403
     assert role_clients["outsider"].post(url, {"url": "http://127.0.0.1:9/x"}).status_code == 404
     assert role_clients["auditor"].post(url, {"url": "http://127.0.0.1:9/x"}).status_code == 403
@@ -196,7 +199,7 @@ def test_tenant_webhook_permissions_and_validation(tenant_admin_client, role_cli
     ],
 )
 def test_a_tenant_admin_cannot_point_the_webhook_at_an_internal_address(tenant_admin_client, tenant, hook):
-    r = tenant_admin_client.post(reverse("billing:tenant_webhook", args=[tenant.slug]), {"url": hook})
+    r = tenant_admin_client.post(reverse("notify:tenant_webhook", args=[tenant.slug]), {"url": hook})
     assert r.status_code == 400
     text = r.content.decode()
     assert "cannot be used" in text and "OUTBOUND_ALLOWED_DESTINATIONS" in text
