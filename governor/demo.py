@@ -34,9 +34,12 @@ from catalog.services import (
 )
 from core.access import AUDITOR_GROUP
 from deployments import demo as deployments_demo
+from deployments.selectors import route_list
 from evaluations import demo as evaluations_demo
 from governor.models import DemoSeedRecord
 from notify import services as notify_services
+from operations import selectors as operations_selectors
+from operations import services as operations_services
 
 log = logging.getLogger(__name__)
 
@@ -399,6 +402,21 @@ def _seed_rota(seed: Seed, users: dict) -> None:
     seed.created("rota:platform")
 
 
+def _seed_slos(seed: Seed) -> None:
+    """Two SLOs on each demo route (first token within a second for 99 %, no server error for
+    99.5 %), so route pages show their burn rates from the first requests on."""
+    for route in route_list():
+        key = f"slos:{route.public_name}"
+        if not seed.wants(key) or operations_selectors.slos_of_route(route_id=route.pk).exists():
+            seed.created(key)
+            continue
+        operations_services.slo_create(
+            route=route, kind="ttft", threshold_ms=1000, target="0.99", actor=SEED_ACTOR
+        )
+        operations_services.slo_create(route=route, kind="errors", target="0.995", actor=SEED_ACTOR)
+        seed.created(key)
+
+
 def seed_demo(*, reset: bool = False) -> list[tuple[str, str, str]]:
     """Create what of the demo is missing (or, with ``reset``, restore it); returns the demo logins."""
     seed = Seed(reset=reset)
@@ -411,4 +429,5 @@ def seed_demo(*, reset: bool = False) -> list[tuple[str, str, str]]:
     deployments_demo.seed_demo(users=users, tenants=tenants, seed=seed)
     evaluations_demo.seed_demo(users=users, tenants=tenants, seed=seed)
     _seed_rota(seed, users)
+    _seed_slos(seed)
     return [(u, p, r + (f" ({t})" if t else "")) for u, p, r, t in USERS]

@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "notify",
     "deployments",
     "evaluations",
+    "operations",
 ]
 
 MIDDLEWARE = [
@@ -302,6 +303,9 @@ GOVERNOR_REACTIONS = {
     "notify.delivery_queued": ["notify.reactions.delivery_enqueue"],
     "deployments.analysis_failed": ["notify.reactions.page_oncall"],
     "evaluations.gate_failed": ["notify.reactions.page_oncall"],
+    # operations: an SLO's burn-rate alert pages the on-call; its recovery resolves the page.
+    "operations.slo_breached": ["operations.reactions.breach_page"],
+    "operations.slo_recovered": ["operations.reactions.recovery_resolve"],
     # deployments: Ray follows desired state; the gateway's routes section follows what it may route to.
     "deployment.*": ["deployments.reactions.reconcile", "deployments.reactions.routes_publish"],
     "modelroute.*": ["deployments.reactions.routes_publish"],
@@ -337,6 +341,9 @@ EVENTS_KEEP_DAYS = env_float("EVENTS_KEEP_DAYS", 7.0)
 # metadata addresses (core.outbound, ADR 0016), except the destinations listed here by the
 # platform admin: host names, host:port, addresses or CIDR networks, comma-separated.
 OUTBOUND_ALLOWED_DESTINATIONS = env_list("OUTBOUND_ALLOWED_DESTINATIONS", [])
+
+# How often every active SLO's burn-rate windows are evaluated (operations.slos_evaluate, ADR 0032).
+OPERATIONS_SLO_EVAL_S = env_float("OPERATIONS_SLO_EVAL_S", 10.0)
 
 # Where people reach the console: links in notifications and webhook payloads point here.
 CONSOLE_PUBLIC_URL = env_str("CONSOLE_PUBLIC_URL", "http://127.0.0.1:8000")

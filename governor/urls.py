@@ -19,6 +19,7 @@ urlpatterns = [
     path("catalog/", include("catalog.urls")),
     path("billing/", include("billing.urls")),
     path("notifications/", include("notify.urls")),
+    path("operations/", include("operations.urls")),
     path("audit/", include("audit.urls")),
     path("api/catalog/", include("catalog.api.urls")),
     path("api/billing/", include("billing.api.urls")),

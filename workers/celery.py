@@ -14,7 +14,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governor.settings")
 
 app = Celery("governor")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["workers", "events", "audit", "catalog", "billing", "notify", "deployments", "evaluations"])
+app.autodiscover_tasks(["workers", "events", "audit", "catalog", "billing", "notify", "deployments", "evaluations", "operations"])
 
 # Periodic work. Entries are added by the apps that own the work (see each tasks.py docstring).
 app.conf.beat_schedule = {}
@@ -95,6 +95,13 @@ app.conf.beat_schedule["notify-pages-escalate"] = {
     "task": "notify.pages_escalate",
     "schedule": 30.0,
     "options": {"expires": 30.0},
+}
+
+# operations: evaluate every active SLO's burn-rate windows (pages go through the event spine).
+app.conf.beat_schedule["operations-slos-evaluate"] = {
+    "task": "operations.slos_evaluate",
+    "schedule": float(os.environ.get("OPERATIONS_SLO_EVAL_S") or 10.0),
+    "options": {"expires": float(os.environ.get("OPERATIONS_SLO_EVAL_S") or 10.0)},
 }
 
 # evaluations: fail the benchmark, eval and gate runs whose worker died (their heartbeat stopped).

@@ -98,3 +98,58 @@ def usage_request_samples(*, deployment_ids: list[int], since, until, limit: int
         }
         for d, at, ttft, tpot, status, http, cost, prompt, completion, stream in rows
     ]
+
+
+def usage_sli_counts(
+    *,
+    public_model: str,
+    windows: dict[str, tuple[dt.datetime, dt.datetime]],
+    ttft_ms: float | None,
+    tpot_ms: float | None,
+) -> dict[str, dict[str, int]]:
+    """Counts of a route's requests that a service-level indicator needs, per named window
+    (``{name: (since, until)}`` on ``started_at``), in one query:
+
+    - ``requests``: every metered request except those the client abandoned;
+    - ``server_errors``: of those, failed with a 5xx (the gateway's or the upstream's fault; a 4xx
+      is the client's);
+    - ``ttft_valid`` / ``ttft_good``: successful requests with a first-token time, and those at or
+      under ``ttft_ms``;
+    - ``tpot_valid`` / ``tpot_good``: successful requests with a time per output token (streamed,
+      more than one token), and those at or under ``tpot_ms``;
+    - ``attained``: successful requests within both bounds (a bound that is None always holds).
+    """
+    counted = ~Q(status=UsageEvent.Status.CLIENT_DISCONNECTED)
+    ok = Q(status=UsageEvent.Status.OK)
+    ttft_valid = ok & Q(ttft_ms__isnull=False)
+    tpot_valid = ok & Q(tpot_ms__isnull=False)
+    ttft_ok = Q(ttft_ms__lte=ttft_ms) if ttft_ms is not None else Q()
+    tpot_ok = (Q(tpot_ms__lte=tpot_ms) | Q(tpot_ms__isnull=True)) if tpot_ms is not None else Q()
+    aggregates = {}
+    for name, (since, until) in windows.items():
+        w = Q(started_at__gte=since, started_at__lt=until)
+        aggregates[f"{name}__requests"] = Count("id", filter=w & counted)
+        aggregates[f"{name}__server_errors"] = Count(
+            "id", filter=w & counted & ~ok & Q(http_status__gte=500)
+        )
+        aggregates[f"{name}__ttft_valid"] = Count("id", filter=w & ttft_valid)
+        aggregates[f"{name}__ttft_good"] = Count("id", filter=w & ttft_valid & ttft_ok)
+        aggregates[f"{name}__tpot_valid"] = Count("id", filter=w & tpot_valid)
+        aggregates[f"{name}__tpot_good"] = Count("id", filter=w & tpot_valid & tpot_ok)
+        aggregates[f"{name}__attained"] = Count(
+            "id", filter=w & ok & (Q(ttft_ms__isnull=True) | ttft_ok) & tpot_ok
+        )
+    if not windows:
+        return {}
+    since = min(s for s, _ in windows.values())
+    until = max(u for _, u in windows.values())
+    row = (
+        UsageEvent.objects.filter(public_model=public_model, started_at__gte=since, started_at__lt=until)
+        .order_by()
+        .aggregate(**aggregates)
+    )
+    out: dict[str, dict[str, int]] = {name: {} for name in windows}
+    for key, value in row.items():
+        name, field = key.split("__", 1)
+        out[name][field] = value or 0
+    return out

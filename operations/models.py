@@ -1,0 +1,100 @@
+"""Service-level objectives per route, their live state, and the breaches they had."""
+
+from __future__ import annotations
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+
+class SloKind(models.TextChoices):
+    TTFT = "ttft", "Time to first token"
+    TPOT = "tpot", "Time per output token"
+    ERRORS = "errors", "Requests without a server error"
+    ATTAINMENT = "attainment", "Requests within both latency bounds"
+
+
+class SloState(models.TextChoices):
+    NO_DATA = "no_data", "No data"
+    OK = "ok", "OK"
+    FIRING = "firing", "Burning budget"
+
+
+class Slo(models.Model):
+    """``target`` of a route's valid requests are good over ``period_days``: good is a first token
+    within ``threshold_ms`` (TTFT), output tokens within ``threshold_ms`` each (TPOT), no 5xx
+    (errors), or all of these at once (attainment, with ``tpot_threshold_ms``).
+
+    Alerts follow the SRE workbook's multiwindow burn rates (``operations.burn``); ``window_scale``
+    shrinks every window by the same factor (1 = the workbook's 1 h / 5 min, 6 h / 30 min,
+    3 d / 6 h), for routes with little traffic or for rehearsals."""
+
+    route = models.ForeignKey("deployments.ModelRoute", on_delete=models.CASCADE, related_name="slos")
+    kind = models.CharField(max_length=12, choices=SloKind.choices)
+    threshold_ms = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(600_000)]
+    )
+    tpot_threshold_ms = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(60_000)]
+    )
+    target = models.DecimalField(
+        max_digits=7, decimal_places=5, validators=[MinValueValidator(0.5), MaxValueValidator(0.99999)]
+    )
+    period_days = models.PositiveIntegerField(
+        default=30, validators=[MinValueValidator(1), MaxValueValidator(90)]
+    )
+    window_scale = models.FloatField(
+        default=1.0, validators=[MinValueValidator(0.0001), MaxValueValidator(1.0)]
+    )
+    min_requests = models.PositiveIntegerField(default=10, validators=[MaxValueValidator(1_000_000)])
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Live state, written by the evaluator (operational, not a governed change).
+    state = models.CharField(max_length=10, choices=SloState.choices, default=SloState.NO_DATA)
+    evaluated_at = models.DateTimeField(null=True, blank=True)
+    last = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["route_id", "kind", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["route", "kind", "threshold_ms", "target"], name="operations_slo_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.route}: {self.objective}"
+
+    @property
+    def objective(self) -> str:
+        pct = f"{float(self.target) * 100:g} %"
+        if self.kind == SloKind.TTFT:
+            return f"{pct} of requests: first token ≤ {self.threshold_ms:g} ms"
+        if self.kind == SloKind.TPOT:
+            return f"{pct} of streamed requests: ≤ {self.threshold_ms:g} ms per output token"
+        if self.kind == SloKind.ERRORS:
+            return f"{pct} of requests without a server error"
+        tpot = f", ≤ {self.tpot_threshold_ms:g} ms per token" if self.tpot_threshold_ms else ""
+        return f"{pct} of requests succeed with first token ≤ {self.threshold_ms:g} ms{tpot}"
+
+
+class SloBreach(models.Model):
+    """A stretch of time during which an SLO's alert condition held."""
+
+    slo = models.ForeignKey(Slo, on_delete=models.CASCADE, related_name="breaches")
+    severity = models.CharField(max_length=10)  # "page" or "ticket"
+    condition = models.CharField(max_length=20)  # "fast", "slow", "ticket"
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    peak_burn = models.FloatField(default=0.0)
+    evidence = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["slo"], condition=models.Q(ended_at__isnull=True), name="operations_one_open_breach"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.slo} {self.severity} from {self.started_at:%Y-%m-%d %H:%M}"

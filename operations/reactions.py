@@ -1,0 +1,36 @@
+"""Operations' reactions (``settings.GOVERNOR_REACTIONS``, ADR 0030): a breach pages the on-call, a
+recovery resolves that page. Idempotent: the page's ``dedup_key`` is the breach."""
+
+from __future__ import annotations
+
+from notify.services import notification_resolve, notify_oncall
+
+
+def _key(event) -> str:
+    return f"slo-breach:{event.payload['breach']}"
+
+
+def breach_page(event) -> None:
+    p = event.payload
+    window = f"{p['long_s']:g} s and {p['short_s']:g} s" if p["long_s"] < 3600 else (
+        f"{p['long_s'] / 3600:g} h and {p['short_s'] / 60:g} min")  # fmt: skip
+    notify_oncall(
+        kind="operations.slo_breached",
+        title=f"{p['route']}: SLO burning {p['burn']:g}× its budget ({p['objective']})",
+        body=(
+            f"Route {p['route']} is spending its error budget {p['burn']:g} times as fast as the SLO "
+            f"allows over the last {window} (alert threshold {p['threshold']:g}×, the SRE workbook's "
+            f"'{p['condition']}' condition). See the route's SLO panel for each window's counts."
+        ),
+        payload={
+            "event": "operations.slo_breached",
+            **p,
+            "labels": {"route": p["route"], "condition": p["condition"]},
+        },
+        severity="critical" if p["severity"] == "page" else "warning",
+        dedup_key=_key(event),
+    )
+
+
+def recovery_resolve(event) -> None:
+    notification_resolve(dedup_key=_key(event))

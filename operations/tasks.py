@@ -1,0 +1,12 @@
+"""``operations.slos_evaluate`` (beat, every ``OPERATIONS_SLO_EVAL_S``): every active SLO's windows."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from operations import services
+
+
+@shared_task(name="operations.slos_evaluate", soft_time_limit=60, time_limit=120)
+def slos_evaluate() -> dict:
+    return {str(k): v for k, v in services.slos_evaluate().items()}

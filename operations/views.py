@@ -1,0 +1,117 @@
+"""SLO pages: every SLO with its live state (and, for platform admins, the form to add one), and
+the panel each route's page loads and refreshes with htmx."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views import View
+
+from core.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin, is_platform_admin
+from deployments.selectors import route_list
+from operations import selectors, services
+from operations.models import Slo, SloKind
+
+FORM_FIELDS = ("route", "kind", "threshold_ms", "tpot_threshold_ms", "target", "period_days", "window_scale",
+               "min_requests")  # fmt: skip
+DEFAULTS = {"kind": "ttft", "target": "0.99", "period_days": "30", "window_scale": "1", "min_requests": "10"}
+
+
+def _errors(exc: ValidationError) -> dict[str, str]:
+    if hasattr(exc, "message_dict"):
+        return {k: " ".join(v) for k, v in exc.message_dict.items()}
+    return {"__all__": " ".join(exc.messages)}
+
+
+def _rows(slos) -> list[dict]:
+    rows = []
+    for slo in slos:
+        last = slo.last or {}
+        rows.append({"slo": slo, "windows": last.get("windows", {}), "period": last.get("period", {}),
+                     "firing": last.get("firing", [])})  # fmt: skip
+    return rows
+
+
+class SloListView(ReadsEverythingRequiredMixin, View):
+    def get(self, request, status: int = 200, form: dict | None = None, errors: dict | None = None):
+        slos = selectors.slo_list()
+        if request.GET.get("format") == "json":
+            return JsonResponse({"results": [_as_json(s) for s in slos]})
+        return render(
+            request,
+            "operations/slo_list.html",
+            {
+                "rows": _rows(slos),
+                "breaches": selectors.breaches_recent(),
+                "routes": route_list(),
+                "kinds": SloKind.choices,
+                "can_edit": is_platform_admin(request.user),
+                "form": form or DEFAULTS,
+                "errors": errors or {},
+            },
+            status=status,
+        )
+
+
+def _as_json(slo: Slo) -> dict:
+    return {
+        "id": slo.pk,
+        "route": slo.route.public_name,
+        "kind": slo.kind,
+        "objective": slo.objective,
+        "target": float(slo.target),
+        "threshold_ms": slo.threshold_ms,
+        "tpot_threshold_ms": slo.tpot_threshold_ms,
+        "period_days": slo.period_days,
+        "window_scale": slo.window_scale,
+        "state": slo.state,
+        "evaluated_at": slo.evaluated_at.isoformat().replace("+00:00", "Z") if slo.evaluated_at else None,
+        **{k: v for k, v in (slo.last or {}).items()},
+    }
+
+
+class SloCreateView(PlatformAdminRequiredMixin, View):
+    def post(self, request):
+        form = {k: request.POST.get(k, "") for k in FORM_FIELDS}
+        route = next((r for r in route_list() if str(r.pk) == form["route"]), None)
+        try:
+            if route is None:
+                raise ValidationError({"route": "Choose a route."})
+            slo = services.slo_create(
+                route=route,
+                kind=form["kind"],
+                target=form["target"],
+                threshold_ms=form["threshold_ms"],
+                tpot_threshold_ms=form["tpot_threshold_ms"],
+                period_days=form["period_days"],
+                window_scale=form["window_scale"],
+                min_requests=form["min_requests"],
+                actor=request.user,
+            )
+        except ValidationError as exc:
+            return SloListView().get(request, status=400, form=form, errors=_errors(exc))
+        messages.success(request, f"SLO added: {slo}")
+        return redirect(reverse("operations:slo_list"))
+
+
+class SloDeleteView(PlatformAdminRequiredMixin, View):
+    def post(self, request, pk: int):
+        slo = get_object_or_404(Slo, pk=pk)
+        services.slo_delete(slo=slo, actor=request.user)
+        messages.success(request, "SLO removed.")
+        return redirect(reverse("operations:slo_list"))
+
+
+class RouteSloPanelView(ReadsEverythingRequiredMixin, View):
+    """The fragment a route's page loads and refreshes: its SLOs, live."""
+
+    def get(self, request, route_id: int):
+        slos = selectors.slos_of_route(route_id=route_id)
+        return render(
+            request,
+            "operations/_route_slos.html",
+            {"rows": _rows(slos), "breaches": selectors.breaches_recent(route_id=route_id, limit=5)},
+        )
