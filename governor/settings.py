@@ -304,8 +304,9 @@ GOVERNOR_REACTIONS = {
     "deployments.analysis_failed": ["notify.reactions.page_oncall"],
     "evaluations.gate_failed": ["notify.reactions.page_oncall"],
     # operations: an SLO's burn-rate alert pages the on-call; its recovery resolves the page.
-    "operations.slo_breached": ["operations.reactions.breach_page"],
-    "operations.slo_recovered": ["operations.reactions.recovery_resolve"],
+    # A breach also opens (or joins) the route's incident and diagnoses it; recovery resolves it.
+    "operations.slo_breached": ["operations.reactions.breach_page", "operations.reactions.incident_open"],
+    "operations.slo_recovered": ["operations.reactions.recovery_resolve", "operations.reactions.incident_recover"],
     # deployments: Ray follows desired state; the gateway's routes section follows what it may route to.
     "deployment.*": ["deployments.reactions.reconcile", "deployments.reactions.routes_publish"],
     "modelroute.*": ["deployments.reactions.routes_publish"],

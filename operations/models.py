@@ -98,3 +98,65 @@ class SloBreach(models.Model):
 
     def __str__(self) -> str:
         return f"{self.slo} {self.severity} from {self.started_at:%Y-%m-%d %H:%M}"
+
+
+class Incident(models.Model):
+    """A route in trouble: opened by its first SLO breach, joined by the breaches that follow while
+    it is open (one open incident per route), resolved when none of its SLOs is breaching."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        RESOLVED = "resolved", "Resolved"
+
+    route = models.ForeignKey("deployments.ModelRoute", on_delete=models.CASCADE, related_name="incidents")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    severity = models.CharField(max_length=10)  # "page" or "ticket" (the worst breach)
+    title = models.CharField(max_length=300)
+    opened_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    rehearsal = models.BooleanField(default=False)
+    diagnosis = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["route"],
+                condition=models.Q(status="open"),
+                name="operations_one_open_incident_per_route",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class IncidentEntry(models.Model):
+    """One line of an incident's timeline."""
+
+    class Kind(models.TextChoices):
+        BREACH = "breach", "SLO breach"
+        RECOVERY = "recovery", "SLO recovered"
+        DIAGNOSIS = "diagnosis", "Diagnosis"
+        ACTION = "action", "Action"
+        NOTE = "note", "Note"
+        RESOLVED = "resolved", "Resolved"
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="entries")
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    text = models.CharField(max_length=1000)
+    data = models.JSONField(default=dict, blank=True)
+    # The event that wrote it, so a reaction that runs twice writes it once.
+    source = models.CharField(max_length=120, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["incident", "source"], condition=~models.Q(source=""), name="operations_entry_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%H:%M:%S} {self.kind}: {self.text[:60]}"

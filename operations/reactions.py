@@ -1,9 +1,11 @@
-"""Operations' reactions (``settings.GOVERNOR_REACTIONS``, ADR 0030): a breach pages the on-call, a
-recovery resolves that page. Idempotent: the page's ``dedup_key`` is the breach."""
+"""Operations' reactions (``settings.GOVERNOR_REACTIONS``, ADR 0030): a breach pages the on-call and
+opens (or joins) the route's incident; a recovery resolves both. Idempotent: the page's
+``dedup_key`` is the breach, and each incident entry carries the event that wrote it."""
 
 from __future__ import annotations
 
 from notify.services import notification_resolve, notify_oncall
+from operations.incidents import incident_for_breach, incident_recovery
 
 
 def _key(event) -> str:
@@ -34,3 +36,12 @@ def breach_page(event) -> None:
 
 def recovery_resolve(event) -> None:
     notification_resolve(dedup_key=_key(event))
+
+
+def incident_open(event) -> None:
+    """A breach opens the route's incident, or joins the open one, and diagnoses a new one."""
+    incident_for_breach(breach_id=event.payload["breach"], source=f"event:{event.pk}")
+
+
+def incident_recover(event) -> None:
+    incident_recovery(breach_id=event.payload["breach"], source=f"event:{event.pk}")

@@ -8,5 +8,7 @@ urlpatterns = [
     path("slos/", views.SloListView.as_view(), name="slo_list"),
     path("slos/new/", views.SloCreateView.as_view(), name="slo_create"),
     path("slos/<int:pk>/delete/", views.SloDeleteView.as_view(), name="slo_delete"),
+    path("incidents/", views.IncidentListView.as_view(), name="incident_list"),
+    path("incidents/<int:pk>/", views.IncidentDetailView.as_view(), name="incident_detail"),
     path("routes/<int:route_id>/slos/", views.RouteSloPanelView.as_view(), name="route_slos"),
 ]

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import JsonResponse
+from django.core.paginator import Paginator
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views import View
 
 from core.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin, is_platform_admin
 from deployments.selectors import route_list
-from operations import selectors, services
-from operations.models import Slo, SloKind
+from operations import incidents, selectors, services
+from operations.models import Incident, Slo, SloKind
 
 FORM_FIELDS = ("route", "kind", "threshold_ms", "tpot_threshold_ms", "target", "period_days", "window_scale",
                "min_requests")  # fmt: skip
@@ -115,3 +116,35 @@ class RouteSloPanelView(ReadsEverythingRequiredMixin, View):
             "operations/_route_slos.html",
             {"rows": _rows(slos), "breaches": selectors.breaches_recent(route_id=route_id, limit=5)},
         )
+
+
+class IncidentListView(ReadsEverythingRequiredMixin, View):
+    def get(self, request):
+        qs = selectors.incident_list(status=request.GET.get("status", ""), route=request.GET.get("route", ""))
+        page = Paginator(qs, 50).get_page(request.GET.get("page"))
+        if request.GET.get("format") == "json":
+            return JsonResponse({"count": page.paginator.count, "results": [
+                incidents.postmortem_json(i) for i in page]})  # fmt: skip
+        params = request.GET.copy()
+        params.pop("page", None)
+        return render(request, "operations/incident_list.html", {
+            "page": page, "qs": params.urlencode(), "status": request.GET.get("status", ""),
+            "route": request.GET.get("route", ""), "statuses": Incident.Status.choices})  # fmt: skip
+
+
+class IncidentDetailView(ReadsEverythingRequiredMixin, View):
+    def get(self, request, pk: int):
+        incident = get_object_or_404(Incident.objects.select_related("route"), pk=pk)
+        fmt = request.GET.get("format")
+        if fmt == "json":
+            response = JsonResponse(incidents.postmortem_json(incident))
+            response["Content-Disposition"] = f'attachment; filename="incident-{incident.pk}.json"'
+            return response
+        if fmt == "md":
+            response = HttpResponse(
+                incidents.postmortem_markdown(incident), content_type="text/markdown; charset=utf-8"
+            )
+            response["Content-Disposition"] = f'attachment; filename="incident-{incident.pk}.md"'
+            return response
+        return render(request, "operations/incident_detail.html", {
+            "incident": incident, "entries": incident.entries.all(), "diagnosis": incident.diagnosis or {}})  # fmt: skip

@@ -129,9 +129,7 @@ def usage_sli_counts(
     for name, (since, until) in windows.items():
         w = Q(started_at__gte=since, started_at__lt=until)
         aggregates[f"{name}__requests"] = Count("id", filter=w & counted)
-        aggregates[f"{name}__server_errors"] = Count(
-            "id", filter=w & counted & ~ok & Q(http_status__gte=500)
-        )
+        aggregates[f"{name}__server_errors"] = Count("id", filter=w & counted & ~ok & Q(http_status__gte=500))
         aggregates[f"{name}__ttft_valid"] = Count("id", filter=w & ttft_valid)
         aggregates[f"{name}__ttft_good"] = Count("id", filter=w & ttft_valid & ttft_ok)
         aggregates[f"{name}__tpot_valid"] = Count("id", filter=w & tpot_valid)
@@ -153,3 +151,16 @@ def usage_sli_counts(
         name, field = key.split("__", 1)
         out[name][field] = value or 0
     return out
+
+
+def usage_route_samples(*, public_model: str, since, until, limit: int = 100_000) -> list[dict]:
+    """A route's metered requests that started in ``[since, until)``, newest last: what an
+    incident's diagnosis compares with the time before it."""
+    return list(
+        UsageEvent.objects.filter(public_model=public_model, started_at__gte=since, started_at__lt=until)
+        .order_by("started_at")
+        .values(
+            "started_at", "deployment_id", "deployment_slug", "version_id", "prompt_tokens",
+            "completion_tokens", "cached_tokens", "ttft_ms", "tpot_ms", "status", "http_status", "stream",
+        )[:limit]
+    )  # fmt: skip

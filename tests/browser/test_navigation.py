@@ -79,6 +79,7 @@ def test_admin_navigation_fits_1280_px_with_log_out_in_view(
         reverse("notify:notification_list"),
         reverse("notify:oncall"),
         reverse("operations:slo_list"),
+        reverse("operations:incident_list"),
     ]
     for path in pages:
         page.goto(live_server.url + path)

@@ -1,0 +1,250 @@
+"""Why is a route breaching its SLO? The on-call decision trees for TTFT and TPOT spikes, walked
+over evidence, each branch with its numbers: the most likely cause, and what was ruled out.
+
+Input: the route's metered requests in the incident window and in a baseline window before it
+(plain dicts, as ``billing.selectors.usage.usage_route_samples`` returns them), and the governed
+changes (audit events) shortly before and during the incident. No Django here.
+
+Branches (the domain's playbooks, "TTFT spike" and "TPOT spike"):
+
+- ``deployment_regression``: one deployment's latency rose while the route's others did not (a
+  slower release, a quantized kernel that regressed, a replica in trouble);
+- ``errors_one_deployment``: server errors concentrated on one deployment (a lost replica);
+- ``long_prompts``: prompts got longer (prefill saturated by long prompts);
+- ``longer_outputs``: outputs got longer (bigger batches, KV pressure, TPOT up);
+- ``load_surge``: the request rate rose (queueing);
+- ``prefix_cache_collapse``: the share of prompt tokens served from the prefix cache fell;
+- ``recent_change``: a release, rollout, route weight or deployment change just before or during;
+- engine-side branches (queue time against prefill time, KV-cache usage and preemptions) need the
+  engines' own metrics, which this diagnosis does not read yet: they are reported as ``no_data``.
+
+Each branch scores how far its evidence moved past its threshold; the top scoring ``likely``
+branch is named, the rest are listed with their numbers.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+# A branch counts as likely when its ratio passes these (window over baseline).
+LATENCY_RATIO = 1.8  # one deployment's p90 latency
+PROMPT_RATIO = 1.8  # p90 prompt length
+OUTPUT_RATIO = 1.5  # median output length
+RATE_RATIO = 1.8  # requests per second
+CACHE_DROP = 0.5  # cached share falls to half or less (from at least 10 %)
+ERROR_SHARE = 0.6  # of the window's server errors on one deployment, with others clean
+MIN_SAMPLES = 5
+CHANGE_ACTIONS = (
+    "deployment.",
+    "routetarget.",
+    "route.",
+    "modelroute.",
+    "model_route.",
+    "rollout.",
+    "model_version.",
+)
+
+
+@dataclass
+class Branch:
+    cause: str
+    verdict: str  # "likely", "ruled_out" or "no_data"
+    score: float
+    summary: str
+    evidence: dict = field(default_factory=dict)
+
+
+def _p(values: list[float], q: float) -> float | None:
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return None
+    idx = min(len(vals) - 1, max(0, round(q * (len(vals) - 1))))
+    return float(vals[idx])
+
+
+def _ratio(now: float | None, before: float | None) -> float | None:
+    if now is None or before is None or before <= 0:
+        return None
+    return now / before
+
+
+def _latency_key(kind: str) -> str:
+    return "tpot_ms" if kind == "tpot" else "ttft_ms"
+
+
+def _ok(rows):
+    return [r for r in rows if r["status"] == "ok"]
+
+
+def deployment_regression(window, baseline, *, kind: str) -> Branch:
+    key = _latency_key(kind)
+    by_now, by_before = defaultdict(list), defaultdict(list)
+    for r in _ok(window):
+        by_now[r["deployment_slug"] or str(r["deployment_id"])].append(r[key])
+    for r in _ok(baseline):
+        by_before[r["deployment_slug"] or str(r["deployment_id"])].append(r[key])
+    ratios = {}
+    for dep, vals in by_now.items():
+        if len([v for v in vals if v is not None]) < MIN_SAMPLES:
+            continue
+        ratios[dep] = {
+            "p90_ms": _p(vals, 0.9),
+            "baseline_p90_ms": _p(by_before.get(dep, []), 0.9),
+            "requests": len(vals),
+        }
+        ratios[dep]["ratio"] = _ratio(ratios[dep]["p90_ms"], ratios[dep]["baseline_p90_ms"])
+    if not ratios:
+        return Branch("deployment_regression", "no_data", 0.0, "too few requests per deployment to compare")
+    # Against the route's other deployments in the window when the baseline lacks this one (a new release).
+    for dep, r in ratios.items():
+        if r["ratio"] is None:
+            others = [o["p90_ms"] for d, o in ratios.items() if d != dep and o["p90_ms"]]
+            if others:
+                r["ratio"] = r["p90_ms"] / statistics.median(others)
+                r["compared_with"] = "the route's other deployments"
+    worst = max(ratios, key=lambda d: ratios[d]["ratio"] or 0.0)
+    w = ratios[worst]
+    others_ok = all((o["ratio"] or 0.0) < LATENCY_RATIO for d, o in ratios.items() if d != worst)
+    if (w["ratio"] or 0.0) >= LATENCY_RATIO and (others_ok or len(ratios) == 1):
+        label = "TPOT" if kind == "tpot" else "TTFT"
+        return Branch(
+            "deployment_regression", "likely", (w["ratio"] or 0.0) / LATENCY_RATIO,
+            f"{worst}: {label} p90 {w['p90_ms']:.0f} ms, {w['ratio']:.1f}× "
+            + ("its own before" if "compared_with" not in w else "the route's other deployments")
+            + ("" if len(ratios) == 1 else ", while the others held"),
+            {"deployments": ratios, "worst": worst},
+        )  # fmt: skip
+    return Branch("deployment_regression", "ruled_out", 0.0,
+                  "no single deployment's latency rose apart from the others", {"deployments": ratios})  # fmt: skip
+
+
+def errors_one_deployment(window, baseline) -> Branch:
+    errors = [r for r in window if r["status"] == "error" and (r["http_status"] or 0) >= 500]
+    if len(errors) < MIN_SAMPLES:
+        return Branch("errors_one_deployment", "ruled_out", 0.0, f"{len(errors)} server errors in the window")
+    by = defaultdict(int)
+    for r in errors:
+        by[r["deployment_slug"] or str(r["deployment_id"])] += 1
+    worst, n = max(by.items(), key=lambda kv: kv[1])
+    share = n / len(errors)
+    codes = sorted({r["http_status"] for r in errors})
+    if share >= ERROR_SHARE:
+        return Branch("errors_one_deployment", "likely", 1.0 + share, f"{n} of {len(errors)} server errors "
+                      f"({share:.0%}) from {worst} (HTTP {', '.join(map(str, codes))})",
+                      {"by_deployment": dict(by), "codes": codes})  # fmt: skip
+    return Branch("errors_one_deployment", "ruled_out", 0.0, "server errors spread over the deployments",
+                  {"by_deployment": dict(by), "codes": codes})  # fmt: skip
+
+
+def long_prompts(window, baseline) -> Branch:
+    now, before = (
+        _p([r["prompt_tokens"] for r in window], 0.9),
+        _p([r["prompt_tokens"] for r in baseline], 0.9),
+    )
+    ratio = _ratio(now, before)
+    ev = {"p90_prompt_tokens": now, "baseline_p90_prompt_tokens": before}
+    if ratio is None:
+        return Branch("long_prompts", "no_data", 0.0, "no baseline of prompt lengths", ev)
+    ev["ratio"] = ratio
+    if ratio >= PROMPT_RATIO:
+        return Branch("long_prompts", "likely", ratio / PROMPT_RATIO,
+                      f"p90 prompt {now:.0f} tokens against {before:.0f} before ({ratio:.1f}×)", ev)  # fmt: skip
+    return Branch("long_prompts", "ruled_out", 0.0, f"p90 prompt {now:.0f} tokens, {ratio:.1f}× before", ev)
+
+
+def longer_outputs(window, baseline) -> Branch:
+    now = _p([r["completion_tokens"] for r in _ok(window)], 0.5)
+    before = _p([r["completion_tokens"] for r in _ok(baseline)], 0.5)
+    ratio = _ratio(now, before)
+    ev = {"median_output_tokens": now, "baseline_median_output_tokens": before}
+    if ratio is None:
+        return Branch("longer_outputs", "no_data", 0.0, "no baseline of output lengths", ev)
+    ev["ratio"] = ratio
+    if ratio >= OUTPUT_RATIO:
+        return Branch("longer_outputs", "likely", ratio / OUTPUT_RATIO,
+                      f"median output {now:.0f} tokens against {before:.0f} before ({ratio:.1f}×)", ev)  # fmt: skip
+    return Branch(
+        "longer_outputs", "ruled_out", 0.0, f"median output {now:.0f} tokens, {ratio:.1f}× before", ev
+    )
+
+
+def load_surge(window, baseline, *, window_s: float, baseline_s: float) -> Branch:
+    now, before = len(window) / window_s, len(baseline) / baseline_s if baseline_s else 0.0
+    ratio = _ratio(now, before)
+    ev = {"rps": round(now, 3), "baseline_rps": round(before, 3)}
+    if ratio is None:
+        return Branch("load_surge", "no_data", 0.0, "no baseline traffic", ev)
+    ev["ratio"] = ratio
+    if ratio >= RATE_RATIO:
+        return Branch("load_surge", "likely", ratio / RATE_RATIO,
+                      f"{now:.2f} requests/s against {before:.2f} before ({ratio:.1f}×)", ev)  # fmt: skip
+    return Branch("load_surge", "ruled_out", 0.0, f"{now:.2f} requests/s, {ratio:.1f}× before", ev)
+
+
+def prefix_cache_collapse(window, baseline) -> Branch:
+    def share(rows):
+        prompt = sum(r["prompt_tokens"] or 0 for r in rows)
+        return (sum(r["cached_tokens"] or 0 for r in rows) / prompt) if prompt else None
+
+    now, before = share(_ok(window)), share(_ok(baseline))
+    ev = {"cached_share": now, "baseline_cached_share": before}
+    if now is None or before is None or before < 0.10:
+        return Branch("prefix_cache_collapse", "no_data" if before is None else "ruled_out", 0.0,
+                      "the prefix cache served little before the incident", ev)  # fmt: skip
+    if now <= before * CACHE_DROP:
+        return Branch("prefix_cache_collapse", "likely", (before / max(now, 1e-6)) / 2,
+                      f"cached share of prompt tokens {now:.0%} against {before:.0%} before", ev)  # fmt: skip
+    return Branch(
+        "prefix_cache_collapse", "ruled_out", 0.0, f"cached share {now:.0%}, {before:.0%} before", ev
+    )
+
+
+def recent_change(changes: list[dict]) -> Branch:
+    relevant = [c for c in changes if c["action"].startswith(CHANGE_ACTIONS)]
+    if not relevant:
+        return Branch(
+            "recent_change", "ruled_out", 0.0, "no release, rollout or routing change in the window"
+        )
+    last = relevant[-1]
+    return Branch(
+        "recent_change", "likely", 1.0,
+        f"{len(relevant)} change(s) in the window, the last {last['action']} of {last['object_repr']} by "
+        f"{last['actor']} at {last['at']}",
+        {"changes": relevant[-10:]},
+    )  # fmt: skip
+
+
+ENGINE_BRANCHES = (
+    ("queue_vs_prefill", "queue time against prefill time (vLLM's queue and prefill histograms)"),
+    ("kv_pressure", "KV-cache usage and preemptions (vllm:kv_cache_usage_perc, vllm:num_preemptions_total)"),
+)
+
+
+def diagnose(*, kind: str, window: list[dict], baseline: list[dict], window_s: float, baseline_s: float,
+             changes: list[dict]) -> dict:  # fmt: skip
+    """Walk every branch; name the most likely cause (or none) and keep every branch's evidence."""
+    branches = [
+        deployment_regression(window, baseline, kind=kind),
+        errors_one_deployment(window, baseline),
+        long_prompts(window, baseline),
+        longer_outputs(window, baseline),
+        load_surge(window, baseline, window_s=window_s, baseline_s=baseline_s),
+        prefix_cache_collapse(window, baseline),
+        recent_change(changes),
+    ]
+    branches += [Branch(c, "no_data", 0.0, f"needs {what}: not scraped yet") for c, what in ENGINE_BRANCHES]
+    likely = sorted((b for b in branches if b.verdict == "likely"), key=lambda b: -b.score)
+    # A change is context, not a mechanism: it is named first only when nothing measured moved.
+    measured = [b for b in likely if b.cause != "recent_change"]
+    top = measured[0] if measured else (likely[0] if likely else None)
+    return {
+        "kind": kind,
+        "cause": top.cause if top else None,
+        "summary": top.summary if top else "no branch explains the breach from the evidence at hand",
+        "requests": {"window": len(window), "baseline": len(baseline)},
+        "window_s": window_s,
+        "baseline_s": baseline_s,
+        "branches": [asdict(b) for b in branches],
+    }

@@ -1,0 +1,168 @@
+"""Incidents: opened and joined by SLO breaches, diagnosed, resolved by recovery; and the
+postmortem they export. Called by ``operations.reactions`` (each idempotent: an entry carries the
+event that wrote it) and by the incident pages."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from audit.selectors import events_filtered
+from billing.selectors.usage import usage_route_samples
+from operations import diagnosis
+from operations.models import Incident, IncidentEntry, SloBreach, SloKind
+
+# The baseline is this many times the incident window, just before it.
+BASELINE_FACTOR = 6
+# Changes this long before the window still count as "just before".
+CHANGE_LEAD = dt.timedelta(minutes=30)
+
+
+def _entry(incident: Incident, *, kind: str, text: str, at: dt.datetime, data: dict | None = None,
+           source: str = "") -> None:  # fmt: skip
+    try:
+        with transaction.atomic():
+            IncidentEntry.objects.create(incident=incident, kind=kind, text=text[:1000], at=at, data=data or {},
+                                         source=source)  # fmt: skip
+    except IntegrityError:
+        pass  # written by an earlier run of the same reaction
+
+
+def incident_diagnose(incident: Incident, *, breach: SloBreach, now: dt.datetime | None = None) -> dict:
+    """Run the decision trees over the breach's long window and the time before it."""
+    now = now or timezone.now()
+    long_s = max(
+        60.0,
+        float(breach.evidence.get("windows", {}).get(f"{breach.condition}_long", {}).get("seconds") or 3600),
+    )
+    start = min(breach.started_at, now) - dt.timedelta(seconds=long_s)
+    window = usage_route_samples(public_model=incident.route.public_name, since=start, until=now)
+    base_start = start - dt.timedelta(seconds=long_s * BASELINE_FACTOR)
+    baseline = usage_route_samples(public_model=incident.route.public_name, since=base_start, until=start)
+    changes = [
+        {"at": e.at.isoformat().replace("+00:00", "Z"), "action": e.action, "actor": e.actor,
+         "object_repr": e.object_repr, "seq": e.seq}
+        for e in events_filtered(since=start - CHANGE_LEAD, until=now)
+    ]  # fmt: skip
+    kind = breach.slo.kind if breach.slo.kind in (SloKind.TTFT, SloKind.TPOT) else "ttft"
+    return diagnosis.diagnose(
+        kind=kind, window=window, baseline=baseline, window_s=(now - start).total_seconds(),
+        baseline_s=(start - base_start).total_seconds(), changes=changes,
+    )  # fmt: skip
+
+
+def incident_for_breach(*, breach_id: int, source: str, now: dt.datetime | None = None) -> Incident | None:
+    """Open the route's incident (or join the open one) for a breach, diagnose it if new."""
+    now = now or timezone.now()
+    breach = SloBreach.objects.select_related("slo__route").filter(pk=breach_id).first()
+    if breach is None:
+        return None
+    route = breach.slo.route
+    with transaction.atomic():
+        incident = (
+            Incident.objects.select_for_update().filter(route=route, status=Incident.Status.OPEN).first()
+        )
+        created = False
+        if incident is None:
+            try:
+                with transaction.atomic():
+                    incident = Incident.objects.create(
+                        route=route, severity=breach.severity, opened_at=breach.started_at,
+                        title=f"{route.public_name}: {breach.slo.objective} breached",
+                    )  # fmt: skip
+                    created = True
+            except IntegrityError:
+                incident = Incident.objects.select_for_update().get(route=route, status=Incident.Status.OPEN)
+        if breach.severity == "page" and incident.severity != "page":
+            incident.severity = "page"
+            incident.save(update_fields=["severity"])
+        _entry(incident, kind=IncidentEntry.Kind.BREACH, at=breach.started_at, source=source,
+               text=f"{breach.slo.objective}: {breach.severity} ({breach.condition} windows), burn {breach.peak_burn:.1f}×",
+               data={"breach": breach.pk, "slo": breach.slo_id})  # fmt: skip
+    if created or not incident.diagnosis:
+        result = incident_diagnose(incident, breach=breach, now=now)
+        Incident.objects.filter(pk=incident.pk).update(diagnosis=result)
+        incident.diagnosis = result
+        _entry(incident, kind=IncidentEntry.Kind.DIAGNOSIS, at=now, source=f"diagnosis:{breach.pk}",
+               text=f"Most likely: {result['cause'] or 'unknown'}. {result['summary']}",
+               data={"cause": result["cause"]})  # fmt: skip
+    return incident
+
+
+def incident_recovery(*, breach_id: int, source: str, now: dt.datetime | None = None) -> Incident | None:
+    """A breach ended: note it; resolve the incident when none of the route's SLOs still breaches."""
+    now = now or timezone.now()
+    breach = SloBreach.objects.select_related("slo__route").filter(pk=breach_id).first()
+    if breach is None:
+        return None
+    with transaction.atomic():
+        incident = (
+            Incident.objects.select_for_update()
+            .filter(route=breach.slo.route, opened_at__lte=breach.ended_at or now)
+            .order_by("-opened_at")
+            .first()
+        )
+        if incident is None:
+            return None
+        _entry(incident, kind=IncidentEntry.Kind.RECOVERY, at=breach.ended_at or now, source=source,
+               text=f"{breach.slo.objective}: {breach.severity} condition no longer holds",
+               data={"breach": breach.pk})  # fmt: skip
+        still = SloBreach.objects.filter(slo__route=breach.slo.route, ended_at__isnull=True).exists()
+        if incident.status == Incident.Status.OPEN and not still:
+            incident.status, incident.resolved_at = Incident.Status.RESOLVED, breach.ended_at or now
+            incident.save(update_fields=["status", "resolved_at"])
+            _entry(incident, kind=IncidentEntry.Kind.RESOLVED, at=incident.resolved_at, source=f"resolved:{source}",
+                   text="Every SLO of the route holds again")  # fmt: skip
+    return incident
+
+
+# --- the postmortem --------------------------------------------------------------------------------
+
+
+def _iso(at: dt.datetime | None) -> str | None:
+    return at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z") if at else None
+
+
+def postmortem_json(incident: Incident) -> dict:
+    entries = list(incident.entries.all())
+    duration = ((incident.resolved_at or timezone.now()) - incident.opened_at).total_seconds()
+    return {
+        "incident": incident.pk,
+        "route": incident.route.public_name,
+        "title": incident.title,
+        "status": incident.status,
+        "severity": incident.severity,
+        "rehearsal": incident.rehearsal,
+        "opened_at": _iso(incident.opened_at),
+        "resolved_at": _iso(incident.resolved_at),
+        "duration_s": round(duration, 1),
+        "diagnosis": incident.diagnosis,
+        "timeline": [{"at": _iso(e.at), "kind": e.kind, "text": e.text, "data": e.data} for e in entries],
+    }
+
+
+def postmortem_markdown(incident: Incident) -> str:
+    pm = postmortem_json(incident)
+    d = pm["diagnosis"] or {}
+    lines = [
+        f"# Postmortem: {pm['title']}",
+        "",
+        f"- Route: `{pm['route']}`" + (" (rehearsal)" if pm["rehearsal"] else ""),
+        f"- Severity: {pm['severity']}; status: {pm['status']}",
+        f"- Opened: {pm['opened_at']}; resolved: {pm['resolved_at'] or 'not yet'}; duration: {pm['duration_s']:.0f} s",
+        "",
+        "## Diagnosis",
+        "",
+        f"Most likely cause: **{d.get('cause') or 'unknown'}**. {d.get('summary', '')}",
+        "",
+        "| branch | verdict | evidence |",
+        "|---|---|---|",
+    ]
+    for b in d.get("branches", []):
+        lines.append(f"| {b['cause']} | {b['verdict']} | {b['summary'].replace('|', '/')} |")
+    lines += ["", "## Timeline (UTC)", ""]
+    for e in pm["timeline"]:
+        lines.append(f"- {e['at']} · {e['kind']} · {e['text']}")
+    return "\n".join(lines) + "\n"
