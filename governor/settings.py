@@ -306,7 +306,10 @@ GOVERNOR_REACTIONS = {
     # operations: an SLO's burn-rate alert pages the on-call; its recovery resolves the page.
     # A breach also opens (or joins) the route's incident and diagnoses it; recovery resolves it.
     "operations.slo_breached": ["operations.reactions.breach_page", "operations.reactions.incident_open"],
-    "operations.slo_recovered": ["operations.reactions.recovery_resolve", "operations.reactions.incident_recover"],
+    "operations.slo_recovered": [
+        "operations.reactions.recovery_resolve",
+        "operations.reactions.incident_recover",
+    ],
     # deployments: Ray follows desired state; the gateway's routes section follows what it may route to.
     "deployment.*": ["deployments.reactions.reconcile", "deployments.reactions.routes_publish"],
     "modelroute.*": ["deployments.reactions.routes_publish"],

@@ -14,7 +14,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governor.settings")
 
 app = Celery("governor")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["workers", "events", "audit", "catalog", "billing", "notify", "deployments", "evaluations", "operations"])
+app.autodiscover_tasks(
+    ["workers", "events", "audit", "catalog", "billing", "notify", "deployments", "evaluations", "operations"]
+)
 
 # Periodic work. Entries are added by the apps that own the work (see each tasks.py docstring).
 app.conf.beat_schedule = {}
