@@ -15,8 +15,10 @@ Branches (the domain's playbooks, "TTFT spike" and "TPOT spike"):
 - ``load_surge``: the request rate rose (queueing);
 - ``prefix_cache_collapse``: the share of prompt tokens served from the prefix cache fell;
 - ``recent_change``: a release, rollout, route weight or deployment change just before or during;
-- engine-side branches (queue time against prefill time, KV-cache usage and preemptions) need the
-  engines' own metrics, which this diagnosis does not read yet: they are reported as ``no_data``.
+- ``queue_vs_prefill``: from the engines' own histograms, did requests wait in the queue (queueing)
+  or is the time in prefill and decode;
+- ``kv_pressure``: the KV cache near full with new preemptions. These two need engine samples
+  (``operations.scrape``); without them they say ``no_data``.
 
 Each branch scores how far its evidence moved past its threshold; the top scoring ``likely``
 branch is named, the rest are listed with their numbers.
@@ -220,10 +222,56 @@ ENGINE_BRANCHES = (
     ("queue_vs_prefill", "queue time against prefill time (vLLM's queue and prefill histograms)"),
     ("kv_pressure", "KV-cache usage and preemptions (vllm:kv_cache_usage_perc, vllm:num_preemptions_total)"),
 )
+QUEUE_SHARE = 0.5  # of TTFT spent waiting
+KV_FULL = 0.9
+
+
+def queue_vs_prefill(engine_window: dict, engine_baseline: dict) -> Branch:
+    """Did requests wait (queueing: load, batch traffic in the pool) or did prefill itself slow?"""
+    rows = {}
+    for dep, w in engine_window.items():
+        q, t = w.get("queue_mean_s"), w.get("ttft_mean_s")
+        if q is None or not t:
+            continue
+        b = engine_baseline.get(dep, {})
+        bq, bt = b.get("queue_mean_s"), b.get("ttft_mean_s")
+        rows[dep] = {"queue_ms": q * 1000, "ttft_ms": t * 1000, "share": q / t,
+                     "baseline_share": (bq / bt) if bq is not None and bt else None}  # fmt: skip
+    if not rows:
+        return Branch("queue_vs_prefill", "no_data", 0.0, "no engine queue-time samples in the window")
+    worst = max(rows, key=lambda d: rows[d]["share"])
+    r = rows[worst]
+    grew = r["baseline_share"] is None or r["share"] >= 2 * max(r["baseline_share"], 0.05)
+    if r["share"] >= QUEUE_SHARE and grew:
+        return Branch("queue_vs_prefill", "likely", r["share"] / QUEUE_SHARE,
+                      f"{worst}: requests waited {r['queue_ms']:.0f} ms of a {r['ttft_ms']:.0f} ms TTFT in the "
+                      "engine's queue (queueing, not prefill)", {"deployments": rows})  # fmt: skip
+    return Branch("queue_vs_prefill", "ruled_out", 0.0,
+                  f"{worst}: {r['share']:.0%} of TTFT in the queue: the time goes to prefill and decode",
+                  {"deployments": rows})  # fmt: skip
+
+
+def kv_pressure(engine_window: dict, engine_baseline: dict) -> Branch:
+    rows = {d: {"kv_usage": w.get("kv_usage"), "preemptions_per_s": w.get("preemptions_per_s"),
+                "baseline_preemptions_per_s": engine_baseline.get(d, {}).get("preemptions_per_s")}
+            for d, w in engine_window.items()}  # fmt: skip
+    rows = {d: r for d, r in rows.items() if r["kv_usage"] is not None or r["preemptions_per_s"] is not None}
+    if not rows:
+        return Branch("kv_pressure", "no_data", 0.0, "no engine KV samples in the window")
+    for d, r in sorted(rows.items(), key=lambda kv: -(kv[1]["preemptions_per_s"] or 0)):
+        pre, kv = r["preemptions_per_s"] or 0.0, r["kv_usage"] or 0.0
+        if pre > (r["baseline_preemptions_per_s"] or 0.0) and (
+            pre > 0 and kv >= KV_FULL * 0.8 or kv >= KV_FULL
+        ):
+            return Branch("kv_pressure", "likely", 1.0 + pre + kv,
+                          f"{d}: KV cache {kv:.0%} full, {pre:.2f} preemptions/s", {"deployments": rows})  # fmt: skip
+    return Branch(
+        "kv_pressure", "ruled_out", 0.0, "KV cache not full and no new preemptions", {"deployments": rows}
+    )
 
 
 def diagnose(*, kind: str, window: list[dict], baseline: list[dict], window_s: float, baseline_s: float,
-             changes: list[dict]) -> dict:  # fmt: skip
+             changes: list[dict], engine_window: dict | None = None, engine_baseline: dict | None = None) -> dict:  # fmt: skip
     """Walk every branch; name the most likely cause (or none) and keep every branch's evidence."""
     branches = [
         deployment_regression(window, baseline, kind=kind),
@@ -234,7 +282,13 @@ def diagnose(*, kind: str, window: list[dict], baseline: list[dict], window_s: f
         prefix_cache_collapse(window, baseline),
         recent_change(changes),
     ]
-    branches += [Branch(c, "no_data", 0.0, f"needs {what}: not scraped yet") for c, what in ENGINE_BRANCHES]
+    if engine_window:
+        branches += [queue_vs_prefill(engine_window, engine_baseline or {}),
+                     kv_pressure(engine_window, engine_baseline or {})]  # fmt: skip
+    else:
+        branches += [
+            Branch(c, "no_data", 0.0, f"needs {what}: no engine samples") for c, what in ENGINE_BRANCHES
+        ]
     likely = sorted((b for b in branches if b.verdict == "likely"), key=lambda b: -b.score)
     # A change is context, not a mechanism: it is named first only when nothing measured moved.
     measured = [b for b in likely if b.cause != "recent_change"]

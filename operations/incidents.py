@@ -13,6 +13,7 @@ from audit.selectors import events_filtered
 from billing.selectors.usage import usage_route_samples
 from operations import diagnosis
 from operations.models import Incident, IncidentEntry, SloBreach, SloKind
+from operations.scrape import engine_intervals
 
 # The baseline is this many times the incident window, just before it.
 BASELINE_FACTOR = 6
@@ -47,9 +48,12 @@ def incident_diagnose(incident: Incident, *, breach: SloBreach, now: dt.datetime
         for e in events_filtered(since=start - CHANGE_LEAD, until=now)
     ]  # fmt: skip
     kind = breach.slo.kind if breach.slo.kind in (SloKind.TTFT, SloKind.TPOT) else "ttft"
+    deps = {r["deployment_id"] for r in window + baseline if r["deployment_id"]}
     return diagnosis.diagnose(
         kind=kind, window=window, baseline=baseline, window_s=(now - start).total_seconds(),
         baseline_s=(start - base_start).total_seconds(), changes=changes,
+        engine_window=engine_intervals(deployment_ids=deps, since=start, until=now),
+        engine_baseline=engine_intervals(deployment_ids=deps, since=base_start, until=start),
     )  # fmt: skip
 
 

@@ -160,3 +160,19 @@ class IncidentEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%H:%M:%S} {self.kind}: {self.text[:60]}"
+
+
+class EngineSample(models.Model):
+    """What a deployment's engine said on its ``/metrics`` at one moment (operations.engine_metrics)."""
+
+    deployment = models.ForeignKey("deployments.Deployment", on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField(db_index=True)
+    values = models.JSONField(default=dict, blank=True)
+    error = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["deployment", "at"], name="operations_sample_dep_at")]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id} at {self.at:%H:%M:%S}"

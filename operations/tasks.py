@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from operations import services
+from operations import scrape, services
 
 
 @shared_task(name="operations.slos_evaluate", soft_time_limit=60, time_limit=120)
 def slos_evaluate() -> dict:
     return {str(k): v for k, v in services.slos_evaluate().items()}
+
+
+@shared_task(name="operations.engines_scrape", soft_time_limit=60, time_limit=120)
+def engines_scrape() -> int:
+    return scrape.engines_scrape()

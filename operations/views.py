@@ -13,7 +13,7 @@ from django.views import View
 
 from core.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin, is_platform_admin
 from deployments.selectors import route_list
-from operations import incidents, selectors, services
+from operations import incidents, scrape, selectors, services
 from operations.models import Incident, Slo, SloKind
 
 FORM_FIELDS = ("route", "kind", "threshold_ms", "tpot_threshold_ms", "target", "period_days", "window_scale",
@@ -111,10 +111,18 @@ class RouteSloPanelView(ReadsEverythingRequiredMixin, View):
 
     def get(self, request, route_id: int):
         slos = selectors.slos_of_route(route_id=route_id)
+        route = next((r for r in route_list() if r.pk == route_id), None)
+        targets = [t.deployment for t in route.targets.all()] if route else []
+        latest = scrape.engine_latest(deployment_ids=[d.pk for d in targets])
+        engines = [{"deployment": d, **latest.get(d.pk, {})} for d in targets if d.pk in latest]
         return render(
             request,
             "operations/_route_slos.html",
-            {"rows": _rows(slos), "breaches": selectors.breaches_recent(route_id=route_id, limit=5)},
+            {
+                "rows": _rows(slos),
+                "breaches": selectors.breaches_recent(route_id=route_id, limit=5),
+                "engines": engines,
+            },  # fmt: skip
         )
 
 

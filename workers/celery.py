@@ -106,6 +106,13 @@ app.conf.beat_schedule["operations-slos-evaluate"] = {
     "options": {"expires": float(os.environ.get("OPERATIONS_SLO_EVAL_S") or 10.0)},
 }
 
+# operations: sample every SLO route's engines' /metrics for the route page and incident diagnosis.
+app.conf.beat_schedule["operations-engines-scrape"] = {
+    "task": "operations.engines_scrape",
+    "schedule": float(os.environ.get("OPERATIONS_SLO_EVAL_S") or 10.0),
+    "options": {"expires": float(os.environ.get("OPERATIONS_SLO_EVAL_S") or 10.0)},
+}
+
 # evaluations: fail the benchmark, eval and gate runs whose worker died (their heartbeat stopped).
 app.conf.beat_schedule["evaluations-reap-stale-runs"] = {
     "task": "evaluations.runs_reap_stale",
