@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from audit.selectors import events_filtered
 from billing.selectors.usage import usage_route_samples
-from operations import diagnosis
+from operations import diagnosis, playbooks
 from operations.models import Incident, IncidentEntry, SloBreach, SloKind
 from operations.scrape import engine_intervals
 
@@ -143,6 +143,7 @@ def postmortem_json(incident: Incident) -> dict:
         "resolved_at": _iso(incident.resolved_at),
         "duration_s": round(duration, 1),
         "diagnosis": incident.diagnosis,
+        "playbook": playbooks.suggest(incident.diagnosis or {}),
         "timeline": [{"at": _iso(e.at), "kind": e.kind, "text": e.text, "data": e.data} for e in entries],
     }
 
@@ -166,6 +167,10 @@ def postmortem_markdown(incident: Incident) -> str:
     ]
     for b in d.get("branches", []):
         lines.append(f"| {b['cause']} | {b['verdict']} | {b['summary'].replace('|', '/')} |")
+    suggestions = playbooks.suggest(d)
+    if suggestions:
+        lines += ["", "## Playbook (suggested)", ""]
+        lines += [f"{i}. {s['action']} ({s['why']})" for i, s in enumerate(suggestions, 1)]
     lines += ["", "## Timeline (UTC)", ""]
     for e in pm["timeline"]:
         lines.append(f"- {e['at']} · {e['kind']} · {e['text']}")

@@ -13,7 +13,7 @@ from django.views import View
 
 from core.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin, is_platform_admin
 from deployments.selectors import route_list
-from operations import incidents, scrape, selectors, services
+from operations import incidents, playbooks, scrape, selectors, services
 from operations.models import Incident, Slo, SloKind
 
 FORM_FIELDS = ("route", "kind", "threshold_ms", "tpot_threshold_ms", "target", "period_days", "window_scale",
@@ -154,5 +154,12 @@ class IncidentDetailView(ReadsEverythingRequiredMixin, View):
             )
             response["Content-Disposition"] = f'attachment; filename="incident-{incident.pk}.md"'
             return response
+        suggestions = playbooks.suggest(incident.diagnosis or {})
+        links = {"route": reverse("deployments:route_detail", args=[incident.route_id]),
+                 "rollouts": reverse("deployments:rollout_list"), "deployments": reverse("deployments:list"),
+                 "tenants": reverse("billing:tenant_list"), "audit": reverse("audit:event_list")}  # fmt: skip
+        for s in suggestions:
+            s["url"] = links.get(s["page"], "")
         return render(request, "operations/incident_detail.html", {
-            "incident": incident, "entries": incident.entries.all(), "diagnosis": incident.diagnosis or {}})  # fmt: skip
+            "incident": incident, "entries": incident.entries.all(), "diagnosis": incident.diagnosis or {},
+            "suggestions": suggestions})  # fmt: skip

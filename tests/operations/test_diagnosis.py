@@ -127,3 +127,16 @@ def test_price_changes_are_not_releases():
         "seq": 1,
     }
     assert run(rows(20, seed=24), changes=[change])["cause"] is None
+
+
+def test_each_named_cause_has_a_playbook_that_names_the_culprit():
+    from operations.diagnosis import ENGINE_BRANCHES
+    from operations.playbooks import suggest
+
+    d = run(rows(50, dep="dep-a", seed=30) + rows(50, dep="dep-b", ttft=900, seed=31))
+    steps = suggest(d)
+    assert d["cause"] == "deployment_regression" and "dep-b" in steps[0]["action"]
+    causes = {b["cause"] for b in d["branches"]} | {c for c, _ in ENGINE_BRANCHES}
+    for cause in causes:
+        assert suggest({"cause": cause, "branches": []}), cause
+    assert suggest({"cause": None, "branches": []}) == []
