@@ -316,7 +316,10 @@ GOVERNOR_REACTIONS = {
     "model_route.*": ["deployments.reactions.routes_publish"],
     "routetarget.*": ["deployments.reactions.routes_publish"],
     "route.*": ["deployments.reactions.routes_publish"],
-    "deployments.status_changed": ["deployments.reactions.routes_publish"],
+    "deployments.status_changed": [
+        "deployments.reactions.routes_publish",
+        "notify.reactions.unreachable_resolve",
+    ],
     "deployments.cluster_unreachable": [
         "deployments.reactions.routes_publish",
         "notify.reactions.page_oncall",

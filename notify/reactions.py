@@ -7,7 +7,7 @@ pending, and a page is made once per cause (its ``dedup_key`` is the event's kin
 from __future__ import annotations
 
 from notify.models import Severity
-from notify.services import enqueue_delivery, notify_oncall
+from notify.services import enqueue_delivery, notifications_resolve_kind, notify_oncall
 
 # What each operational signal says to the on-call, by kind. The payload's keys fill the body.
 ONCALL_SIGNALS = {
@@ -57,3 +57,8 @@ def page_oncall(event) -> None:
         severity=severity,
         dedup_key=f"{event.kind}:{event.subject or event.pk}",
     )
+
+
+def unreachable_resolve(event) -> None:
+    """Ray was heard from again (the reconciler saw statuses change): the unreachable page is over."""
+    notifications_resolve_kind(kind="deployments.cluster_unreachable")

@@ -272,6 +272,18 @@ def notification_resolve(*, dedup_key: str, now: dt.datetime | None = None) -> N
     return note
 
 
+def notifications_resolve_kind(*, kind: str, now: dt.datetime | None = None) -> int:
+    """Resolve every open notification of ``kind`` (a signal whose cause is over); returns how many."""
+    keys = list(
+        Notification.objects.filter(kind=kind, resolved_at__isnull=True)
+        .exclude(dedup_key=None)
+        .values_list("dedup_key", flat=True)
+    )
+    for key in keys:
+        notification_resolve(dedup_key=key, now=now)
+    return len(keys)
+
+
 # --- webhook delivery -----------------------------------------------------------------------------
 
 
@@ -384,7 +396,10 @@ def tenant_endpoint_set(
 ) -> Endpoint | None:
     """Set (or, with an empty URL, remove) a tenant's webhook; audited. Its secret is kept when only
     the URL changes (receivers keep verifying) and made when the webhook is new."""
-    before = Endpoint.objects.filter(tenant=tenant).values_list("url", flat=True).first()
+    before = Endpoint.objects.filter(tenant=tenant).values("url", "format").first() or {
+        "url": None,
+        "format": None,
+    }
     url = (url or "").strip()
     if format not in Endpoint.Format.values:
         raise ValidationError({"format": f"Unknown format {format!r}."})
@@ -396,15 +411,16 @@ def tenant_endpoint_set(
         hook, _ = Endpoint.objects.update_or_create(
             tenant=tenant, defaults={"url": url, "is_active": True, "format": format}
         )
-    if before == (url or None) and hook is not None:
+    after = {"url": url or None, "format": format if url else None}
+    if before == after:
         return hook  # nothing changed: nothing to record
     audit_record(
         actor=actor,
         action="tenant_webhook.set",
         target=tenant,
         tenant_id=tenant.pk,
-        before={"url": before},
-        after={"url": url or None},
+        before=before,
+        after=after,
     )
     return hook
 

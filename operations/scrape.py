@@ -24,6 +24,8 @@ KEEP = dt.timedelta(days=2)
 def scrape_targets() -> list[tuple[int, str]]:
     """``(deployment_id, metrics URL)`` of the running deployments behind routes with active SLOs."""
     names = set(Slo.objects.filter(is_active=True).values_list("route__public_name", flat=True))
+    if not names:
+        return []
     out = {}
     for name, route in routing_table().items():
         if name not in names:

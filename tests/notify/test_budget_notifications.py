@@ -185,6 +185,13 @@ def test_tenant_webhook_permissions_and_validation(tenant_admin_client, role_cli
     assert tenant_admin_client.post(url, {"url": "https://hooks.example.com/acme"}).status_code == 302
     assert TenantWebhook.objects.get(tenant=tenant).url == "https://hooks.example.com/acme"
     assert AuditEvent.objects.filter(action="tenant_webhook.set").count() == 1
+    # Saving the same URL and format records nothing; a new format is a change, recorded.
+    tenant_admin_client.post(url, {"url": "https://hooks.example.com/acme", "format": "governor"})
+    assert AuditEvent.objects.filter(action="tenant_webhook.set").count() == 1
+    tenant_admin_client.post(url, {"url": "https://hooks.example.com/acme", "format": "alertmanager"})
+    ev = AuditEvent.objects.filter(action="tenant_webhook.set").latest("seq")
+    assert ev.before["format"] == "governor" and ev.after["format"] == "alertmanager"
+    assert TenantWebhook.objects.get(tenant=tenant).format == "alertmanager"
 
 
 @pytest.mark.parametrize(

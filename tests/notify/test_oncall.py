@@ -296,3 +296,17 @@ def test_platform_webhooks_are_for_platform_admins(auditor_client, tenant_admin_
     for c in (auditor_client, tenant_admin_client):
         assert c.post(url, {"url": "https://hooks.example.com/", "format": "alertmanager"}).status_code == 403
     assert not Endpoint.objects.exists()
+
+
+def test_ray_heard_from_again_resolves_the_unreachable_page(rota):
+    from notify.reactions import unreachable_resolve
+
+    down = _event("deployments.cluster_unreachable", "", {"message": "connection refused"})
+    page_oncall(down)
+    note = Notification.objects.get()
+    assert "connection refused" in note.body and note.page.status == "open"
+    back = _event("deployments.status_changed", "", {})
+    unreachable_resolve(back)
+    unreachable_resolve(back)  # at least once
+    note.refresh_from_db()
+    assert note.resolved_at is not None and note.page.status == "resolved"
