@@ -76,6 +76,16 @@ def _latency_key(kind: str) -> str:
     return "tpot_ms" if kind == "tpot" else "ttft_ms"
 
 
+# Requests the gateway metered without a deployment (refused before routing, or older events).
+NO_DEPLOYMENT = "(no deployment recorded)"
+
+
+def _dep(r: dict) -> str:
+    if r["deployment_slug"]:
+        return r["deployment_slug"]
+    return f"deployment {r['deployment_id']}" if r["deployment_id"] else NO_DEPLOYMENT
+
+
 def _ok(rows):
     return [r for r in rows if r["status"] == "ok"]
 
@@ -84,9 +94,9 @@ def deployment_regression(window, baseline, *, kind: str) -> Branch:
     key = _latency_key(kind)
     by_now, by_before = defaultdict(list), defaultdict(list)
     for r in _ok(window):
-        by_now[r["deployment_slug"] or str(r["deployment_id"])].append(r[key])
+        by_now[_dep(r)].append(r[key])
     for r in _ok(baseline):
-        by_before[r["deployment_slug"] or str(r["deployment_id"])].append(r[key])
+        by_before[_dep(r)].append(r[key])
     ratios = {}
     for dep, vals in by_now.items():
         if len([v for v in vals if v is not None]) < MIN_SAMPLES:
@@ -128,7 +138,7 @@ def errors_one_deployment(window, baseline) -> Branch:
         return Branch("errors_one_deployment", "ruled_out", 0.0, f"{len(errors)} server errors in the window")
     by = defaultdict(int)
     for r in errors:
-        by[r["deployment_slug"] or str(r["deployment_id"])] += 1
+        by[_dep(r)] += 1
     worst, n = max(by.items(), key=lambda kv: kv[1])
     share = n / len(errors)
     codes = sorted({r["http_status"] for r in errors})

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from operations.diagnosis import NO_DEPLOYMENT
+
 
 @dataclass(frozen=True)
 class Suggestion:
@@ -37,6 +39,8 @@ def suggest(diagnosis: dict) -> list[dict]:
     """Suggestions for the diagnosis's cause (none when no cause was named)."""
     cause = diagnosis.get("cause")
     dep = _worst(diagnosis, cause) if cause else None
+    if dep == NO_DEPLOYMENT:
+        dep = None
     S = Suggestion
     table = {
         "deployment_regression": [

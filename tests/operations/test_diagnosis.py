@@ -140,3 +140,14 @@ def test_each_named_cause_has_a_playbook_that_names_the_culprit():
     for cause in causes:
         assert suggest({"cause": cause, "branches": []}), cause
     assert suggest({"cause": None, "branches": []}) == []
+
+
+def test_requests_without_a_deployment_are_named_as_such_not_none():
+    from operations.playbooks import suggest
+
+    window = [{**r, "deployment_id": None, "deployment_slug": ""} for r in rows(50, ttft=900, seed=40)]
+    base = [{**r, "deployment_id": None, "deployment_slug": ""} for r in rows(300, seed=41)]
+    d = run(window, base=base)
+    assert d["cause"] == "deployment_regression"
+    assert d["summary"].startswith("(no deployment recorded)") and "None" not in d["summary"]
+    assert "None" not in suggest(d)[0]["action"]
