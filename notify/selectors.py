@@ -62,10 +62,18 @@ def oncall_member(rota: Rota, *, now: dt.datetime | None = None, members: list |
         ]
     if not members:
         return None
-    now = now or timezone.now()
+    return members[shift_index(rota, now=now or timezone.now()) % len(members)]
+
+
+def shift_index(rota: Rota, *, now: dt.datetime) -> int:
+    """Which shift ``now`` falls in, counted from ``handover_at`` (0 before it)."""
     elapsed = max(0.0, (now - rota.handover_at).total_seconds())
-    shift = int(elapsed // (rota.shift_hours * 3600))
-    return members[shift % len(members)]
+    return int(elapsed // (rota.shift_hours * 3600))
+
+
+def shift_end(rota: Rota, *, now: dt.datetime) -> dt.datetime:
+    """When the shift ``now`` falls in hands over."""
+    return rota.handover_at + dt.timedelta(hours=rota.shift_hours * (shift_index(rota, now=now) + 1))
 
 
 def pages_open() -> QuerySet[Page]:

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
@@ -181,7 +179,7 @@ class OnCallView(ReadsEverythingRequiredMixin, View):
                 "rota": rota,
                 "members": members,
                 "on_call": selectors.oncall_member(rota, now=now) if rota else None,
-                "shift_ends": shift_end(rota, now) if rota else None,
+                "shift_ends": selectors.shift_end(rota, now=now) if rota else None,
                 "open_pages": selectors.pages_open(),
                 "recent_pages": selectors.pages_recent(),
                 "endpoints": selectors.platform_endpoints(),
@@ -266,9 +264,3 @@ class PageAckView(PlatformAdminRequiredMixin, View):
         page = services.page_acknowledge(page=page, user=request.user)
         messages.success(request, f"Acknowledged: {page.notification.title}")
         return redirect(reverse("notify:oncall"))
-
-
-def shift_end(rota, now: dt.datetime) -> dt.datetime:
-    elapsed = max(0.0, (now - rota.handover_at).total_seconds())
-    shifts = int(elapsed // (rota.shift_hours * 3600)) + 1
-    return rota.handover_at + dt.timedelta(hours=rota.shift_hours * shifts)

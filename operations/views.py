@@ -77,7 +77,7 @@ def _as_json(slo: Slo) -> dict:
 class SloCreateView(PlatformAdminRequiredMixin, View):
     def post(self, request):
         form = {k: request.POST.get(k, "") for k in FORM_FIELDS}
-        route = next((r for r in route_list() if str(r.pk) == form["route"]), None)
+        route = route_list().filter(pk=form["route"]).first() if form["route"].isdigit() else None
         try:
             if route is None:
                 raise ValidationError({"route": "Choose a route."})
@@ -111,7 +111,7 @@ class RouteSloPanelView(ReadsEverythingRequiredMixin, View):
 
     def get(self, request, route_id: int):
         slos = selectors.slos_of_route(route_id=route_id)
-        route = next((r for r in route_list() if r.pk == route_id), None)
+        route = route_list().filter(pk=route_id).first()
         targets = [t.deployment for t in route.targets.all()] if route else []
         latest = scrape.engine_latest(deployment_ids=[d.pk for d in targets])
         engines = [{"deployment": d, **latest.get(d.pk, {})} for d in targets if d.pk in latest]
