@@ -8,8 +8,8 @@ import pytest
 from engines.workload import Workload, constant, fixed, fixed_concurrency
 from loadtest import Sla, StageConfig, SweepConfig, Target, find_capacity, run_ladder, run_stage
 from loadtest.metrics import summarize
-from loadtest.runner import StageResult
 from loadtest.records import HTTP_5XX, INVALID_RESPONSE, STREAM_CUT, RequestRecord
+from loadtest.runner import StageResult
 from loadtest.scrape import parse_prometheus
 from loadtest.sweep import usd_per_million_tokens
 from tests.support.servers import engines_fixed_server, free_port, paced_server
@@ -229,7 +229,12 @@ def _slot_server_stage(slots: int, ttft_s: float, tpot_s: float, duration_s: flo
             chunks = [start + ttft_s + j * tpot_s for j in range(output)]
             records.append(
                 RequestRecord(
-                    index=i, planned_s=planned, sent_s=planned, chunk_s=chunks, prompt_tokens=8, output_tokens=output
+                    index=i,
+                    planned_s=planned,
+                    sent_s=planned,
+                    chunk_s=chunks,
+                    prompt_tokens=8,
+                    output_tokens=output,
                 )
             )
         return StageResult(summary=summarize(records, sla=sla), series=[], records=records)
