@@ -121,8 +121,11 @@ def deployment_regression(window, baseline, *, kind: str) -> Branch:
     others_ok = all((o["ratio"] or 0.0) < LATENCY_RATIO for d, o in ratios.items() if d != worst)
     if (w["ratio"] or 0.0) >= LATENCY_RATIO and (others_ok or len(ratios) == 1):
         label = "TPOT" if kind == "tpot" else "TTFT"
+        # With one deployment its slowdown is the symptom itself, not evidence against the other
+        # causes: it is named only when no other branch explains the breach.
+        score = (w["ratio"] or 0.0) / LATENCY_RATIO if len(ratios) > 1 else 0.99
         return Branch(
-            "deployment_regression", "likely", (w["ratio"] or 0.0) / LATENCY_RATIO,
+            "deployment_regression", "likely", score,
             f"{worst}: {label} p90 {w['p90_ms']:.0f} ms, {w['ratio']:.1f}× "
             + ("its own before" if "compared_with" not in w else "the route's other deployments")
             + ("" if len(ratios) == 1 else ", while the others held"),
@@ -280,6 +283,31 @@ def kv_pressure(engine_window: dict, engine_baseline: dict) -> Branch:
     )
 
 
+def tenants_summary(window, baseline, *, window_s: float, baseline_s: float, top: int = 10) -> dict:
+    """Who sends the window's traffic, against the baseline: what a playbook needs to pick the tenants
+    to rate-limit or cap (their request rate, p90 prompt and median output, now and before)."""
+    by_now, by_before = defaultdict(list), defaultdict(list)
+    for r in window:
+        by_now[r.get("tenant_id")].append(r)
+    for r in baseline:
+        by_before[r.get("tenant_id")].append(r)
+    rows = {}
+    for tenant, rs in sorted(by_now.items(), key=lambda kv: -len(kv[1]))[:top]:
+        if tenant is None:
+            continue
+        before = by_before.get(tenant, [])
+        rows[str(tenant)] = {
+            "requests": len(rs),
+            "rpm": round(60 * len(rs) / window_s, 2) if window_s else None,
+            "baseline_rpm": round(60 * len(before) / baseline_s, 2) if baseline_s else None,
+            "p90_prompt_tokens": _p([r["prompt_tokens"] for r in rs], 0.9),
+            "baseline_p90_prompt_tokens": _p([r["prompt_tokens"] for r in before], 0.9),
+            "median_output_tokens": _p([r["completion_tokens"] for r in _ok(rs)], 0.5),
+            "baseline_median_output_tokens": _p([r["completion_tokens"] for r in _ok(before)], 0.5),
+        }
+    return rows
+
+
 def diagnose(*, kind: str, window: list[dict], baseline: list[dict], window_s: float, baseline_s: float,
              changes: list[dict], engine_window: dict | None = None, engine_baseline: dict | None = None) -> dict:  # fmt: skip
     """Walk every branch; name the most likely cause (or none) and keep every branch's evidence."""
@@ -311,4 +339,5 @@ def diagnose(*, kind: str, window: list[dict], baseline: list[dict], window_s: f
         "window_s": window_s,
         "baseline_s": baseline_s,
         "branches": [asdict(b) for b in branches],
+        "tenants": tenants_summary(window, baseline, window_s=window_s, baseline_s=baseline_s),
     }

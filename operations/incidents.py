@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from audit.selectors import events_filtered
 from billing.selectors.usage import usage_route_samples
-from operations import diagnosis, playbooks
+from operations import diagnosis, mitigations, playbooks
 from operations.models import Incident, IncidentEntry, SloBreach, SloKind
 from operations.scrape import engine_intervals
 
@@ -92,6 +92,7 @@ def incident_for_breach(*, breach_id: int, source: str, now: dt.datetime | None 
         _entry(incident, kind=IncidentEntry.Kind.DIAGNOSIS, at=now, source=f"diagnosis:{breach.pk}",
                text=f"Most likely: {result['cause'] or 'unknown'}. {result['summary']}",
                data={"cause": result["cause"]})  # fmt: skip
+        mitigations.mitigations_propose(incident=incident, now=now)
     return incident
 
 
@@ -144,6 +145,25 @@ def postmortem_json(incident: Incident) -> dict:
         "duration_s": round(duration, 1),
         "diagnosis": incident.diagnosis,
         "playbook": playbooks.suggest(incident.diagnosis or {}),
+        "mitigations": [
+            {
+                "id": m.pk,
+                "kind": m.kind,
+                "params": m.params,
+                "summary": m.summary,
+                "why": m.why,
+                "mode": m.mode,
+                "state": m.state,
+                "proposed_at": _iso(m.proposed_at),
+                "applied_at": _iso(m.applied_at),
+                "applied_by": m.applied_by,
+                "expires_at": _iso(m.expires_at),
+                "ended_at": _iso(m.ended_at),
+                "ended_by": m.ended_by,
+                "outcome": m.outcome,
+            }
+            for m in incident.mitigations.all()
+        ],  # fmt: skip
         "timeline": [{"at": _iso(e.at), "kind": e.kind, "text": e.text, "data": e.data} for e in entries],
     }
 
@@ -171,6 +191,19 @@ def postmortem_markdown(incident: Incident) -> str:
     if suggestions:
         lines += ["", "## Playbook (suggested)", ""]
         lines += [f"{i}. {s['action']} ({s['why']})" for i, s in enumerate(suggestions, 1)]
+    if pm["mitigations"]:
+        lines += [
+            "",
+            "## Actions",
+            "",
+            "| action | state | applied | ended | outcome |",
+            "|---|---|---|---|---|",
+        ]
+        for m in pm["mitigations"]:
+            applied = f"{m['applied_at']} by {m['applied_by']}" if m["applied_at"] else "—"
+            ended = f"{m['ended_at']} by {m['ended_by']}" if m["ended_at"] else "—"
+            lines.append(f"| {m['summary'].replace('|', '/')} | {m['state']} | {applied} | {ended} | "
+                         f"{(m['outcome'] or '').replace('|', '/')} |")  # fmt: skip
     lines += ["", "## Timeline (UTC)", ""]
     for e in pm["timeline"]:
         lines.append(f"- {e['at']} · {e['kind']} · {e['text']}")

@@ -176,3 +176,72 @@ class EngineSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id} at {self.at:%H:%M:%S}"
+
+
+class PlaybookMode(models.TextChoices):
+    SUGGEST = "suggest", "Suggest only"
+    APPROVE = "approve", "Apply after an on-call's approval"
+    AUTO = "auto", "Apply automatically within limits"
+
+
+class PlaybookPolicy(models.Model):
+    """How far a route's playbook may go on its own: the mode, the time box of each action, how
+    long the SLOs must hold before an action is undone, and the limits actions stay within."""
+
+    route = models.OneToOneField(
+        "deployments.ModelRoute", on_delete=models.CASCADE, related_name="playbook_policy"
+    )
+    mode = models.CharField(max_length=10, choices=PlaybookMode.choices, default=PlaybookMode.SUGGEST)
+    actions = models.JSONField(default=list, blank=True, help_text="Allowed action kinds; empty allows all.")
+    time_box_minutes = models.PositiveIntegerField(
+        default=30, validators=[MinValueValidator(1), MaxValueValidator(24 * 60)]
+    )
+    hold_minutes = models.PositiveIntegerField(
+        default=10, validators=[MinValueValidator(1), MaxValueValidator(24 * 60)]
+    )
+    min_rpm = models.PositiveIntegerField(default=60, validators=[MinValueValidator(1)])
+    min_input_tokens = models.PositiveIntegerField(default=1024, validators=[MinValueValidator(1)])
+    min_output_tokens = models.PositiveIntegerField(default=256, validators=[MinValueValidator(1)])
+    max_extra_replicas = models.PositiveIntegerField(default=1, validators=[MaxValueValidator(16)])
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"playbook of {self.route}"
+
+
+class Mitigation(models.Model):
+    """One playbook action for an incident: proposed, then applied (by an approval or automatically)
+    through the audited services, and reverted when the SLOs held again or its time box ended."""
+
+    class State(models.TextChoices):
+        PROPOSED = "proposed", "Proposed"
+        APPLIED = "applied", "Applied"
+        REVERTED = "reverted", "Reverted"
+        REJECTED = "rejected", "Rejected"
+        FAILED = "failed", "Failed"
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="mitigations")
+    kind = models.CharField(max_length=24)
+    params = models.JSONField(default=dict)
+    undo = models.JSONField(default=dict, blank=True)
+    summary = models.CharField(max_length=300)
+    why = models.CharField(max_length=300, blank=True)
+    mode = models.CharField(max_length=10, choices=PlaybookMode.choices)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PROPOSED)
+    proposed_at = models.DateTimeField()
+    applied_at = models.DateTimeField(null=True, blank=True)
+    applied_by = models.CharField(max_length=150, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    extended_by = models.CharField(max_length=150, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.CharField(max_length=150, blank=True)
+    outcome = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["proposed_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["incident", "kind", "params"], name="operations_mitigation_once")
+        ]
+
+    def __str__(self) -> str:
+        return self.summary

@@ -1,13 +1,16 @@
-"""Playbooks, in "suggest" mode: what the on-call should do about a diagnosed cause, in the order
-the domain's playbooks give ("stop the bleeding" first), each with the console page that does it.
+"""Playbooks: what to do about a diagnosed cause, in the order the domain's playbooks give ("stop
+the bleeding" first).
 
-Applying actions (with an approval or automatically, time-boxed and reverted when the SLO holds
-again) is not built yet: these are suggestions a person carries out through the audited pages.
-No Django here: the incident page turns ``page`` names into links.
+Two outputs. ``suggest`` gives the on-call's checklist, each item with the console page that does
+it. ``plan`` gives concrete actions (drain this deployment, limit that tenant to N requests a
+minute) that ``operations.mitigations`` applies through the same audited services a person uses,
+after an approval or automatically, time-boxed and reverted when the SLO holds again. No Django
+here: plain data in, plain data out.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from operations.diagnosis import NO_DEPLOYMENT
@@ -124,3 +127,120 @@ def suggest(diagnosis: dict) -> list[dict]:
         ],
     }
     return [asdict(s) for s in table.get(cause, [])]
+
+
+# --- actions: what a playbook can change, through the same services a person uses -------------------
+
+ACTIONS = {
+    "pause_rollout": "Pause the route's rollout",
+    "shift_weight": "Shift the route's weight away from a deployment",
+    "add_replicas": "Add a replica to a deployment",
+    "rate_limit": "Rate-limit a tenant",
+    "cap_input_tokens": "Cap a tenant's prompt tokens",
+    "cap_output_tokens": "Cap a tenant's output tokens",
+}
+
+
+def _branch(diagnosis: dict, cause: str) -> dict:
+    return next((b for b in diagnosis.get("branches", []) if b["cause"] == cause), {})
+
+
+def _grown(rows: dict, key: str, base_key: str, ratio: float) -> list[tuple[str, dict]]:
+    """Tenants whose figure grew by ``ratio`` over their own baseline (or who are new), largest first."""
+    out = []
+    for tenant, r in rows.items():
+        now, before = r.get(key), r.get(base_key)
+        if now and (not before or now >= ratio * before):
+            out.append((tenant, r))
+    return sorted(out, key=lambda kv: -(kv[1].get(key) or 0))[:3]
+
+
+def plan(diagnosis: dict, state: dict) -> list[dict]:
+    """Concrete actions for a diagnosis, in the order to apply them, within the route's policy.
+
+    ``state`` (plain data, built by ``operations.mitigations``): ``targets`` {slug: {weight,
+    num_replicas, scaling_mode, max_model_len}}, ``rollout`` ({id, phase} or None), ``limits``
+    {tenant id: the tenant's four limits}, ``policy`` (allowed ``actions``, ``min_rpm``,
+    ``min_input_tokens``, ``min_output_tokens``, ``max_extra_replicas``). Returns dicts with
+    ``kind``, ``params``, ``summary`` and ``why``; nothing when no cause was named.
+    """
+    from operations.diagnosis import LATENCY_RATIO, OUTPUT_RATIO, PROMPT_RATIO, RATE_RATIO
+
+    cause = diagnosis.get("cause")
+    if not cause:
+        return []
+    policy, targets, limits = state["policy"], state["targets"], state.get("limits", {})
+    tenants = diagnosis.get("tenants") or {}
+    actions: list[dict] = []
+
+    def add(kind: str, params: dict, summary: str, why: str) -> None:
+        actions.append({"kind": kind, "params": params, "summary": summary, "why": why})
+
+    def pause(why: str) -> None:
+        rollout = state.get("rollout")
+        if rollout and rollout.get("phase") == "progressing":
+            add("pause_rollout", {"rollout_id": rollout["id"]}, f"Pause rollout #{rollout['id']}",
+                why + "; a running rollout would move the weights back")  # fmt: skip
+
+    def drain(dep: str | None, why: str) -> None:
+        t = targets.get(dep or "")
+        others = sum(o["weight"] for d, o in targets.items() if d != dep)
+        if t and t["weight"] > 0 and others > 0:
+            add("shift_weight", {"deployment": dep, "weight": 0}, f"Set {dep}'s weight to 0 (was {t['weight']})",
+                why + f"; the route's other deployments carry weight {others}")  # fmt: skip
+
+    def scale(dep: str | None, why: str) -> None:
+        t = targets.get(dep or "")
+        if t and t.get("scaling_mode") == "fixed" and policy["max_extra_replicas"] > 0:
+            add("add_replicas", {"deployment": dep, "num_replicas": t["num_replicas"] + 1},
+                f"Scale {dep} to {t['num_replicas'] + 1} replicas (from {t['num_replicas']})", why)  # fmt: skip
+
+    def rate_limit(why: str) -> None:
+        for tenant, r in _grown(tenants, "rpm", "baseline_rpm", RATE_RATIO):
+            rpm = max(policy["min_rpm"], math.ceil((r.get("baseline_rpm") or 0) * 1.2))
+            current = limits.get(tenant, {}).get("rpm_limit", 0)
+            if rpm < r["rpm"] and (current == 0 or rpm < current):
+                add("rate_limit", {"tenant_id": int(tenant), "rpm_limit": rpm},
+                    f"Limit tenant {tenant} to {rpm} requests/min (it sends {r['rpm']:g})", why)  # fmt: skip
+
+    def cap(kind: str, key: str, base_key: str, ratio: float, route_base, floor: int, why: str) -> None:
+        field = "max_input_tokens" if kind == "cap_input_tokens" else "max_output_tokens"
+        context = min((t["max_model_len"] for t in targets.values() if t.get("max_model_len")), default=None)
+        for tenant, r in _grown(tenants, key, base_key, ratio):
+            value = max(floor, int(2 * (r.get(base_key) or route_base or 0)))
+            if context:
+                value = min(value, context)
+            current = limits.get(tenant, {}).get(field, 0)
+            if value < (r.get(key) or 0) and (current == 0 or value < current):
+                add(kind, {"tenant_id": int(tenant), field: value},
+                    f"Cap tenant {tenant}'s {field.replace('_', ' ')} at {value} (its {key.replace('_', ' ')}: "
+                    f"{r[key]:g})", why)  # fmt: skip
+
+    worst = _worst(diagnosis, cause)
+    if worst == NO_DEPLOYMENT:
+        worst = None
+    if cause in ("deployment_regression", "errors_one_deployment"):
+        what = "slower than before" if cause == "deployment_regression" else "answering server errors"
+        pause(f"{worst} is {what}")
+        drain(worst, f"{worst} is {what} (at least {LATENCY_RATIO:g}× its baseline)"
+              if cause == "deployment_regression" else f"{worst} is {what}")  # fmt: skip
+    elif cause == "long_prompts":
+        base = (_branch(diagnosis, "long_prompts").get("evidence") or {}).get("baseline_p90_prompt_tokens")
+        cap("cap_input_tokens", "p90_prompt_tokens", "baseline_p90_prompt_tokens", PROMPT_RATIO, base,
+            policy["min_input_tokens"], "long prompts saturate prefill for everyone")  # fmt: skip
+    elif cause in ("longer_outputs", "kv_pressure"):
+        base = (_branch(diagnosis, "longer_outputs").get("evidence") or {}).get(
+            "baseline_median_output_tokens"
+        )
+        cap("cap_output_tokens", "median_output_tokens", "baseline_median_output_tokens", OUTPUT_RATIO, base,
+            policy["min_output_tokens"], "longer outputs fill the batch and the KV cache")  # fmt: skip
+        if cause == "kv_pressure":
+            scale(worst, "more replicas, more KV cache")
+    elif cause in ("load_surge", "queue_vs_prefill"):
+        rate_limit("stop the bleeding: the surge queues everyone else's requests")
+        scale(worst or (max(targets, key=lambda d: targets[d]["weight"]) if targets else None),
+              "requests wait in the engine's queue: more capacity")  # fmt: skip
+    elif cause in ("prefix_cache_collapse", "recent_change"):
+        pause("a change just before the breach is the likeliest trigger")
+    allowed = set(policy.get("actions") or ACTIONS)
+    return [a for a in actions if a["kind"] in allowed]

@@ -21,6 +21,15 @@ from audit.services import audit_record
 from billing.selectors.usage import usage_sli_counts
 from events.services import emit
 from operations import burn
+from operations.mitigations import (  # noqa: F401 - the app's public services, re-exported
+    mitigation_apply,
+    mitigation_extend,
+    mitigation_reject,
+    mitigation_revert,
+    mitigations_propose,
+    mitigations_review,
+    playbook_policy_set,
+)
 from operations.models import Slo, SloBreach, SloKind, SloState
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""``operations.slos_evaluate`` (beat, every ``OPERATIONS_SLO_EVAL_S``): every active SLO's windows."""
+"""``operations.slos_evaluate`` (beat, every ``OPERATIONS_SLO_EVAL_S``): every active SLO's windows,
+then the review that reverts playbook actions whose SLOs held again or whose time box ended."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from operations import scrape, services
 
 @shared_task(name="operations.slos_evaluate", soft_time_limit=60, time_limit=120)
 def slos_evaluate() -> dict:
-    return {str(k): v for k, v in services.slos_evaluate().items()}
+    states = {str(k): v for k, v in services.slos_evaluate().items()}
+    reverted = services.mitigations_review()
+    return {"slos": states, "reverted": {str(k): v for k, v in reverted.items()}}
 
 
 @shared_task(name="operations.engines_scrape", soft_time_limit=60, time_limit=120)

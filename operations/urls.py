@@ -11,4 +11,6 @@ urlpatterns = [
     path("incidents/", views.IncidentListView.as_view(), name="incident_list"),
     path("incidents/<int:pk>/", views.IncidentDetailView.as_view(), name="incident_detail"),
     path("routes/<int:route_id>/slos/", views.RouteSloPanelView.as_view(), name="route_slos"),
+    path("routes/<int:route_id>/playbook/", views.PlaybookPolicyView.as_view(), name="playbook_policy"),
+    path("mitigations/<int:pk>/<slug:verb>/", views.MitigationActionView.as_view(), name="mitigation_action"),
 ]

@@ -13,8 +13,8 @@ from django.views import View
 
 from core.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin, is_platform_admin
 from deployments.selectors import route_list
-from operations import incidents, playbooks, scrape, selectors, services
-from operations.models import Incident, Slo, SloKind
+from operations import incidents, mitigations, playbooks, scrape, selectors, services
+from operations.models import Incident, Mitigation, PlaybookMode, Slo, SloKind
 
 FORM_FIELDS = ("route", "kind", "threshold_ms", "tpot_threshold_ms", "target", "period_days", "window_scale",
                "min_requests")  # fmt: skip
@@ -122,6 +122,9 @@ class RouteSloPanelView(ReadsEverythingRequiredMixin, View):
                 "rows": _rows(slos),
                 "breaches": selectors.breaches_recent(route_id=route_id, limit=5),
                 "engines": engines,
+                "route": route,
+                "policy": mitigations.policy_for(route) if route else None,
+                "can_edit": is_platform_admin(request.user),
             },  # fmt: skip
         )
 
@@ -160,6 +163,63 @@ class IncidentDetailView(ReadsEverythingRequiredMixin, View):
                  "tenants": reverse("billing:tenant_list"), "audit": reverse("audit:event_list")}  # fmt: skip
         for s in suggestions:
             s["url"] = links.get(s["page"], "")
+        policy = mitigations.policy_for(incident.route)
         return render(request, "operations/incident_detail.html", {
             "incident": incident, "entries": incident.entries.all(), "diagnosis": incident.diagnosis or {},
-            "suggestions": suggestions})  # fmt: skip
+            "suggestions": suggestions, "mitigations": incident.mitigations.all(), "policy": policy,
+            "can_act": is_platform_admin(request.user) and policy.mode != PlaybookMode.SUGGEST,
+            "can_edit": is_platform_admin(request.user)})  # fmt: skip
+
+
+class MitigationActionView(PlatformAdminRequiredMixin, View):
+    """Approve (apply), reject, extend or revert one playbook action, from the incident page."""
+
+    def post(self, request, pk: int, verb: str):
+        m = get_object_or_404(Mitigation, pk=pk)
+        try:
+            if verb == "apply":
+                m = services.mitigation_apply(mitigation=m, actor=request.user)
+            elif verb == "reject":
+                services.mitigation_reject(mitigation=m, actor=request.user)
+            elif verb == "extend":
+                services.mitigation_extend(mitigation=m, actor=request.user)
+            elif verb == "revert":
+                services.mitigation_revert(
+                    mitigation=m, actor=request.user, reason=f"reverted by {request.user}"
+                )
+            else:
+                return HttpResponse("Unknown action.", status=404)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+            return redirect(reverse("operations:incident_detail", args=[m.incident_id]))
+        if m.state == Mitigation.State.FAILED:
+            messages.error(request, f"Could not apply: {m.outcome}")
+        else:
+            messages.success(request, f"{verb.capitalize()}: {m.summary}")
+        return redirect(reverse("operations:incident_detail", args=[m.incident_id]))
+
+
+class PlaybookPolicyView(PlatformAdminRequiredMixin, View):
+    """A route's playbook: its mode, time box, hold time and the limits its actions stay within."""
+
+    def _render(self, request, route, form, errors, status=200):
+        return render(request, "operations/playbook_policy.html", {
+            "route": route, "form": form, "errors": errors, "modes": PlaybookMode.choices,
+            "actions": playbooks.ACTIONS.items(), "context": mitigations.route_context(route)}, status=status)  # fmt: skip
+
+    def get(self, request, route_id: int):
+        route = get_object_or_404(route_list(), pk=route_id)
+        policy = mitigations.policy_for(route)
+        form = {f: getattr(policy, f) for f in mitigations.POLICY_FIELDS}
+        return self._render(request, route, form, {})
+
+    def post(self, request, route_id: int):
+        route = get_object_or_404(route_list(), pk=route_id)
+        form = {f: request.POST.get(f, "") for f in mitigations.POLICY_FIELDS if f != "actions"}
+        form["actions"] = request.POST.getlist("actions")
+        try:
+            services.playbook_policy_set(route=route, actor=request.user, **form)
+        except ValidationError as exc:
+            return self._render(request, route, form, _errors(exc), status=400)
+        messages.success(request, f"Playbook of {route.public_name} saved.")
+        return redirect(reverse("operations:playbook_policy", args=[route.pk]))

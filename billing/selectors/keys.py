@@ -6,7 +6,28 @@ from django.db.models import QuerySet
 
 from billing.models import (
     ApiKey,
+    Tenant,
+    TenantLimits,
 )
+
+LIMIT_FIELDS = ("rpm_limit", "tpm_limit", "max_input_tokens", "max_output_tokens")
+
+
+def tenant_limits_of(*, tenant_ids) -> dict[str, dict]:
+    """Each tenant's four limits (0 = none), keyed by the tenant id as a string; tenants without a
+    limits row get zeros. Unknown ids are left out."""
+    ids = [int(t) for t in tenant_ids]
+    rows = {
+        str(t): dict.fromkeys(LIMIT_FIELDS, 0)
+        for t in Tenant.objects.filter(pk__in=ids).values_list("pk", flat=True)
+    }
+    for lim in TenantLimits.objects.filter(tenant_id__in=ids).values("tenant_id", *LIMIT_FIELDS):
+        rows[str(lim.pop("tenant_id"))] = lim
+    return rows
+
+
+def tenant_get(*, pk: int) -> Tenant | None:
+    return Tenant.objects.filter(pk=pk).first()
 
 
 def api_keys_visible_to(*, user, reads_everything: bool, tenant_ids: set[int]) -> QuerySet[ApiKey]:

@@ -160,7 +160,7 @@ def usage_route_samples(*, public_model: str, since, until, limit: int = 100_000
         UsageEvent.objects.filter(public_model=public_model, started_at__gte=since, started_at__lt=until)
         .order_by("started_at")
         .values(
-            "started_at", "deployment_id", "deployment_slug", "version_id", "prompt_tokens",
+            "started_at", "tenant_id", "deployment_id", "deployment_slug", "version_id", "prompt_tokens",
             "completion_tokens", "cached_tokens", "ttft_ms", "tpot_ms", "status", "http_status", "stream",
         )[:limit]
     )  # fmt: skip

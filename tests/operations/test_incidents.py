@@ -58,7 +58,9 @@ def test_a_breach_opens_one_diagnosed_incident_and_recovery_resolves_it(route, t
     incident = Incident.objects.get()
     assert incident.status == "open" and incident.severity == "page"
     assert incident.diagnosis["cause"] == "long_prompts"
-    assert [e.kind for e in incident.entries.all()] == ["breach", "diagnosis"]
+    # The route's playbook only suggests (the default): the cap is proposed, not applied.
+    assert [e.kind for e in incident.entries.all()] == ["breach", "diagnosis", "action"]
+    assert incident.mitigations.get().state == "proposed"
     # Recovery: the breach ends, the incident resolves.
     SloBreach.objects.filter(pk=breach.pk).update(ended_at=now + dt.timedelta(seconds=30))
     done = _event_for("operations.slo_recovered", breach)
@@ -66,7 +68,13 @@ def test_a_breach_opens_one_diagnosed_incident_and_recovery_resolves_it(route, t
     incident_recover(done)
     incident.refresh_from_db()
     assert incident.status == "resolved" and incident.resolved_at == now + dt.timedelta(seconds=30)
-    assert [e.kind for e in incident.entries.all()] == ["breach", "diagnosis", "recovery", "resolved"]
+    assert [e.kind for e in incident.entries.all()] == [
+        "breach",
+        "diagnosis",
+        "action",
+        "recovery",
+        "resolved",
+    ]
 
 
 def test_a_second_breach_joins_the_open_incident(route, tenant, admin_user):
@@ -99,7 +107,10 @@ def test_the_postmortem_exports_and_the_pages_by_role(
     assert text.startswith("# Postmortem: sim-llama") and "| long_prompts | likely |" in text
     data = json.loads(role_clients["admin"].get(url, {"format": "json"}).content)
     assert data["route"] == "sim-llama" and data["diagnosis"]["cause"] == "long_prompts"
-    assert [e["kind"] for e in data["timeline"]] == ["breach", "diagnosis"]
+    assert [e["kind"] for e in data["timeline"]] == ["breach", "diagnosis", "action"]
+    assert (
+        data["mitigations"][0]["kind"] == "cap_input_tokens" and data["mitigations"][0]["state"] == "proposed"
+    )
     lst = role_clients["admin"].get(reverse("operations:incident_list"), {"status": "open"})
     assert "sim-llama" in lst.content.decode()
     assert role_clients["admin"].get(reverse("operations:incident_list"), {"status": "resolved"}).content.decode().count(
