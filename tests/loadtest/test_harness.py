@@ -165,8 +165,22 @@ def test_concurrency_ladder_runs_every_level():
             target=_target(url), workload=wl, levels=[1, 4], stage=StageConfig(num_requests=8), sla=Sla()
         )
     assert [r.summary["offered"]["concurrency"] for r in results] == [1, 4]
-    # Four streams in parallel finish the same 8 requests about four times faster.
-    assert results[1].summary["duration_s"] < results[0].summary["duration_s"] / 2.5
+    assert [len(r.records) for r in results] == [8, 8] and all(x.ok for r in results for x in r.records)
+    # One stream never overlaps itself; four streams run side by side. (How much faster four finish
+    # is a timing outcome a busy host moves: not asserted here.)
+    assert _most_in_flight(results[0].records) == 1
+    assert _most_in_flight(results[1].records) >= 2
+
+
+def _most_in_flight(records) -> int:
+    """The most requests that were open at one moment (sent, last chunk not yet received)."""
+    edges = sorted([(r.sent_s, 1) for r in records] + [(r.chunk_s[-1], -1) for r in records],
+                   key=lambda e: (e[0], e[1]))  # fmt: skip
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
 
 
 def _paced_slots(slots: int):
