@@ -203,14 +203,19 @@ def prefix_cache_collapse(window, baseline) -> Branch:
         prompt = sum(r["prompt_tokens"] or 0 for r in rows)
         return (sum(r["cached_tokens"] or 0 for r in rows) / prompt) if prompt else None
 
-    now, before = share(_ok(window)), share(_ok(baseline))
-    ev = {"cached_share": now, "baseline_cached_share": before}
+    # Over the tenants that were there before: new traffic without the shared prefix (a batch job)
+    # lowers the route's share without the cache having lost anything.
+    known = {r.get("tenant_id") for r in baseline}
+    same = [r for r in _ok(window) if r.get("tenant_id") in known] or _ok(window)
+    now, before = share(same), share(_ok(baseline))
+    ev = {"cached_share": now, "baseline_cached_share": before, "route_cached_share": share(_ok(window))}
     if now is None or before is None or before < 0.10:
         return Branch("prefix_cache_collapse", "no_data" if before is None else "ruled_out", 0.0,
                       "the prefix cache served little before the incident", ev)  # fmt: skip
     if now <= before * CACHE_DROP:
         return Branch("prefix_cache_collapse", "likely", (before / max(now, 1e-6)) / 2,
-                      f"cached share of prompt tokens {now:.0%} against {before:.0%} before", ev)  # fmt: skip
+                      f"cached share of prompt tokens {now:.0%} against {before:.0%} before, for the same tenants",
+                      ev)  # fmt: skip
     return Branch(
         "prefix_cache_collapse", "ruled_out", 0.0, f"cached share {now:.0%}, {before:.0%} before", ev
     )
@@ -327,6 +332,12 @@ def diagnose(*, kind: str, window: list[dict], baseline: list[dict], window_s: f
         branches += [
             Branch(c, "no_data", 0.0, f"needs {what}: no engine samples") for c, what in ENGINE_BRANCHES
         ]
+    by = {b.cause: b for b in branches}
+    surge, cache = by["load_surge"], by["prefix_cache_collapse"]
+    if surge.verdict == "likely" and cache.verdict == "likely":
+        # A surge fills the KV cache and evicts the shared prefix: the fall follows from the surge.
+        cache.score = min(cache.score, surge.score * 0.99)
+        cache.summary += " (under a load surge, which evicts cached prefixes)"
     likely = sorted((b for b in branches if b.verdict == "likely"), key=lambda b: -b.score)
     # A change is context, not a mechanism: it is named first only when nothing measured moved.
     measured = [b for b in likely if b.cause != "recent_change"]

@@ -10,13 +10,16 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit.selectors import events_filtered
+from billing.selectors.keys import tenant_names
 from billing.selectors.usage import usage_route_samples
 from operations import diagnosis, mitigations, playbooks
 from operations.models import Incident, IncidentEntry, SloBreach, SloKind
 from operations.scrape import engine_intervals
 
-# The baseline is this many times the incident window, just before it.
+# The baseline is this many fast long windows (1 h at full scale), just before the incident window.
 BASELINE_FACTOR = 6
+# The incident window holds at least this many requests (when the long window has them).
+WINDOW_REQUESTS = 50
 # Changes this long before the window still count as "just before".
 CHANGE_LEAD = dt.timedelta(minutes=30)
 
@@ -32,16 +35,24 @@ def _entry(incident: Incident, *, kind: str, text: str, at: dt.datetime, data: d
 
 
 def incident_diagnose(incident: Incident, *, breach: SloBreach, now: dt.datetime | None = None) -> dict:
-    """Run the decision trees over the breach's long window and the time before it."""
+    """Run the decision trees over the time the breach is about and the time before it.
+
+    The window is the fast condition's short window (5 min at full scale: what is burning now),
+    stretched back to hold at least ``WINDOW_REQUESTS`` requests but never past the fast long window
+    (1 h). A longer window would dilute a fault that started minutes ago with the healthy traffic
+    before it. The baseline is the ``BASELINE_FACTOR`` long windows just before the window."""
     now = now or timezone.now()
-    long_s = max(
-        60.0,
-        float(breach.evidence.get("windows", {}).get(f"{breach.condition}_long", {}).get("seconds") or 3600),
-    )
-    start = min(breach.started_at, now) - dt.timedelta(seconds=long_s)
-    window = usage_route_samples(public_model=incident.route.public_name, since=start, until=now)
+    scale = breach.slo.window_scale
+    long_s, short_s = max(60.0, 3600.0 * scale), max(1.0, 300.0 * scale)
+    name = incident.route.public_name
+    recent = usage_route_samples(public_model=name, since=now - dt.timedelta(seconds=long_s), until=now)
+    window = [r for r in recent if r["started_at"] >= now - dt.timedelta(seconds=short_s)]
+    if len(window) < WINDOW_REQUESTS:
+        window = recent[-WINDOW_REQUESTS:]
+    start = window[0]["started_at"] if window else now - dt.timedelta(seconds=short_s)
+    start = min(start, now - dt.timedelta(seconds=short_s))
     base_start = start - dt.timedelta(seconds=long_s * BASELINE_FACTOR)
-    baseline = usage_route_samples(public_model=incident.route.public_name, since=base_start, until=start)
+    baseline = usage_route_samples(public_model=name, since=base_start, until=start)
     changes = [
         {"at": e.at.isoformat().replace("+00:00", "Z"), "action": e.action, "actor": e.actor,
          "object_repr": e.object_repr, "seq": e.seq}
@@ -49,20 +60,33 @@ def incident_diagnose(incident: Incident, *, breach: SloBreach, now: dt.datetime
     ]  # fmt: skip
     kind = breach.slo.kind if breach.slo.kind in (SloKind.TTFT, SloKind.TPOT) else "ttft"
     deps = {r["deployment_id"] for r in window + baseline if r["deployment_id"]}
-    return diagnosis.diagnose(
+    slugs = {str(r["deployment_id"]): r["deployment_slug"] for r in window + baseline if r["deployment_id"]}
+
+    def engines(since, until) -> dict:  # keyed by slug, as the rest of the evidence is
+        return {slugs.get(k) or f"deployment {k}": v
+                for k, v in engine_intervals(deployment_ids=deps, since=since, until=until).items()}  # fmt: skip
+
+    result = diagnosis.diagnose(
         kind=kind, window=window, baseline=baseline, window_s=(now - start).total_seconds(),
         baseline_s=(start - base_start).total_seconds(), changes=changes,
-        engine_window=engine_intervals(deployment_ids=deps, since=start, until=now),
-        engine_baseline=engine_intervals(deployment_ids=deps, since=base_start, until=start),
+        engine_window=engines(start, now), engine_baseline=engines(base_start, start),
     )  # fmt: skip
+    names = tenant_names(tenant_ids=result["tenants"].keys())
+    for tenant, row in result["tenants"].items():
+        row["name"] = names.get(tenant, "")
+    return result
 
 
 def incident_for_breach(*, breach_id: int, source: str, now: dt.datetime | None = None) -> Incident | None:
-    """Open the route's incident (or join the open one) for a breach, diagnose it if new."""
-    now = now or timezone.now()
+    """Open the route's incident (or join the open one) for a breach, diagnose it if new.
+
+    ``now`` defaults to the breach's start: the diagnosis weighs the evidence up to the moment the
+    breach was detected, and a playbook's time box counts from then, however late the reaction ran
+    (and in a rehearsal's virtual time, which is the breach's own)."""
     breach = SloBreach.objects.select_related("slo__route").filter(pk=breach_id).first()
     if breach is None:
         return None
+    now = now or breach.started_at
     route = breach.slo.route
     with transaction.atomic():
         incident = (
@@ -79,13 +103,16 @@ def incident_for_breach(*, breach_id: int, source: str, now: dt.datetime | None 
                     created = True
             except IntegrityError:
                 incident = Incident.objects.select_for_update().get(route=route, status=Incident.Status.OPEN)
+        escalated = not created and breach.severity == "page" and incident.severity != "page"
         if breach.severity == "page" and incident.severity != "page":
             incident.severity = "page"
             incident.save(update_fields=["severity"])
         _entry(incident, kind=IncidentEntry.Kind.BREACH, at=breach.started_at, source=source,
                text=f"{breach.slo.objective}: {breach.severity} ({breach.condition} windows), burn {breach.peak_burn:.1f}×",
                data={"breach": breach.pk, "slo": breach.slo_id})  # fmt: skip
-    if created or not incident.diagnosis:
+    # A new incident is diagnosed; so is one that escalated from a ticket to a page, or whose diagnosis
+    # named no cause, with the evidence the new breach brings.
+    if created or escalated or not (incident.diagnosis or {}).get("cause"):
         result = incident_diagnose(incident, breach=breach, now=now)
         Incident.objects.filter(pk=incident.pk).update(diagnosis=result)
         incident.diagnosis = result

@@ -137,6 +137,12 @@ def route_state(route, policy: PlaybookPolicy, diagnosis: dict) -> dict:
     }
 
 
+def _acts_on(kind: str, params: dict) -> tuple:
+    """What an action changes: a deployment's weight or replicas, a tenant's limit, a rollout."""
+    thing = params.get("deployment") or params.get("rollout_id") or params.get("tenant_id")
+    return kind, thing
+
+
 def mitigations_propose(*, incident: Incident, now: dt.datetime | None = None) -> list[Mitigation]:
     """Turn the incident's diagnosis into proposals; apply them at once in automatic mode, or page the
     on-call for an approval. Idempotent: a proposal exists once per incident and action."""
@@ -146,7 +152,12 @@ def mitigations_propose(*, incident: Incident, now: dt.datetime | None = None) -
         incident.diagnosis or {}, route_state(incident.route, policy, incident.diagnosis or {})
     )
     made = []
+    # One action per thing acted on: a later diagnosis of the same incident (an escalation) does not
+    # add a second replica to a deployment already scaled, or tighten a cap already set.
+    acting = {_acts_on(m.kind, m.params) for m in incident.mitigations.filter(state=Mitigation.State.APPLIED)}
     for a in proposals:
+        if _acts_on(a["kind"], a["params"]) in acting:
+            continue
         m, created = Mitigation.objects.get_or_create(
             incident=incident, kind=a["kind"], params=a["params"],
             defaults={"summary": a["summary"][:300], "why": a["why"][:300], "mode": policy.mode, "proposed_at": now},

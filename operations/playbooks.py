@@ -155,6 +155,21 @@ def _grown(rows: dict, key: str, base_key: str, ratio: float) -> list[tuple[str,
     return sorted(out, key=lambda kv: -(kv[1].get(key) or 0))[:3]
 
 
+def _pressed(diagnosis: dict, cause: str, targets: dict) -> list[str]:
+    """The route's deployments whose engines show the branch's pressure (a full KV cache with
+    preemptions; most of TTFT spent queueing), by the branch's own evidence."""
+    rows = (_branch(diagnosis, cause).get("evidence") or {}).get("deployments") or {}
+    out = []
+    for dep, r in rows.items():
+        if dep not in targets or targets[dep]["weight"] <= 0:
+            continue
+        kv_full = (r.get("preemptions_per_s") or 0) > 0 or (r.get("kv_usage") or 0) >= 0.9
+        queueing = (r.get("share") or 0) >= 0.5
+        if kv_full if cause == "kv_pressure" else queueing:
+            out.append(dep)
+    return sorted(out)
+
+
 def plan(diagnosis: dict, state: dict) -> list[dict]:
     """Concrete actions for a diagnosis, in the order to apply them, within the route's policy.
 
@@ -201,7 +216,7 @@ def plan(diagnosis: dict, state: dict) -> list[dict]:
             current = limits.get(tenant, {}).get("rpm_limit", 0)
             if rpm < r["rpm"] and (current == 0 or rpm < current):
                 add("rate_limit", {"tenant_id": int(tenant), "rpm_limit": rpm},
-                    f"Limit tenant {tenant} to {rpm} requests/min (it sends {r['rpm']:g})", why)  # fmt: skip
+                    f"Limit {r.get('name') or 'tenant ' + tenant} to {rpm} requests/min (it sends {r['rpm']:g})", why)  # fmt: skip
 
     def cap(kind: str, key: str, base_key: str, ratio: float, route_base, floor: int, why: str) -> None:
         field = "max_input_tokens" if kind == "cap_input_tokens" else "max_output_tokens"
@@ -213,7 +228,7 @@ def plan(diagnosis: dict, state: dict) -> list[dict]:
             current = limits.get(tenant, {}).get(field, 0)
             if value < (r.get(key) or 0) and (current == 0 or value < current):
                 add(kind, {"tenant_id": int(tenant), field: value},
-                    f"Cap tenant {tenant}'s {field.replace('_', ' ')} at {value} (its {key.replace('_', ' ')}: "
+                    f"Cap {r.get('name') or 'tenant ' + tenant}'s {field.replace('_', ' ')} at {value} (its {key.replace('_', ' ')}: "
                     f"{r[key]:g})", why)  # fmt: skip
 
     worst = _worst(diagnosis, cause)
@@ -235,11 +250,14 @@ def plan(diagnosis: dict, state: dict) -> list[dict]:
         cap("cap_output_tokens", "median_output_tokens", "baseline_median_output_tokens", OUTPUT_RATIO, base,
             policy["min_output_tokens"], "longer outputs fill the batch and the KV cache")  # fmt: skip
         if cause == "kv_pressure":
-            scale(worst, "more replicas, more KV cache")
+            for dep in _pressed(diagnosis, "kv_pressure", targets):
+                scale(dep, "the KV cache is full and preempts: more replicas, more KV cache")
     elif cause in ("load_surge", "queue_vs_prefill"):
         rate_limit("stop the bleeding: the surge queues everyone else's requests")
-        scale(worst or (max(targets, key=lambda d: targets[d]["weight"]) if targets else None),
-              "requests wait in the engine's queue: more capacity")  # fmt: skip
+        for dep in _pressed(diagnosis, "queue_vs_prefill", targets) or [
+            d for d in targets if targets[d]["weight"] > 0
+        ]:
+            scale(dep, "requests wait in the engine's queue: more capacity")
     elif cause in ("prefix_cache_collapse", "recent_change"):
         pause("a change just before the breach is the likeliest trigger")
     allowed = set(policy.get("actions") or ACTIONS)

@@ -26,6 +26,12 @@ def tenant_limits_of(*, tenant_ids) -> dict[str, dict]:
     return rows
 
 
+def tenant_names(*, tenant_ids) -> dict[str, str]:
+    """Tenant names by id (as strings); unknown ids are left out."""
+    ids = [int(t) for t in tenant_ids]
+    return {str(pk): name for pk, name in Tenant.objects.filter(pk__in=ids).values_list("pk", "name")}
+
+
 def tenant_get(*, pk: int) -> Tenant | None:
     return Tenant.objects.filter(pk=pk).first()
 

@@ -96,6 +96,28 @@ def test_the_prefix_cache_collapsed():
     assert d["cause"] == "prefix_cache_collapse"
 
 
+def test_new_traffic_without_the_prefix_is_not_a_cache_collapse():
+    def tenant(rs, t):
+        return [{**r, "tenant_id": t} for r in rs]
+
+    base = tenant(
+        rows(300, dep="dep-a", cached=120, seed=15) + rows(300, dep="dep-b", cached=120, seed=16), 1
+    )
+    same = tenant(rows(50, dep="dep-a", cached=120, seed=17) + rows(50, dep="dep-b", cached=120, seed=18), 1)
+    batch = tenant(
+        rows(400, dep="dep-a", seed=19) + rows(400, dep="dep-b", seed=20), 2
+    )  # a batch job, no prefix
+    d = run(same + batch, base=base)
+    b = next(b for b in d["branches"] if b["cause"] == "prefix_cache_collapse")
+    assert (
+        b["verdict"] == "ruled_out"
+        and b["evidence"]["route_cached_share"] < 0.1 < b["evidence"]["cached_share"]
+    )
+    assert (
+        d["cause"] == "load_surge" and d["tenants"]["2"]["rpm"] > 0 and d["tenants"]["2"]["baseline_rpm"] == 0
+    )
+
+
 def test_a_lost_replica_shows_as_errors_on_one_deployment():
     window = rows(40, dep="dep-a", seed=19) + rows(
         30, dep="dep-b", status="error", http=503, ttft=None, tpot=None

@@ -10,7 +10,6 @@ import uuid
 import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
-from django.utils import timezone
 
 from audit.models import AuditEvent
 from billing.models import TenantLimits, UsageEvent
@@ -32,8 +31,8 @@ from operations.services import (
 from tests.deployments.factories import DeploymentFactory, ModelRouteFactory
 
 pytestmark = pytest.mark.django_db
-# The incident is diagnosed at the real time (as the reaction runs it): the traffic ends just before.
-NOW = timezone.now()
+# A fixed time: the incident is diagnosed, and its actions time-boxed, as of the breach's own time.
+NOW = dt.datetime(2026, 12, 3, 12, 0, tzinfo=dt.UTC)
 
 
 def _req(route, tenant, dep, *, at, ttft=120.0, prompt=100, output=50):
