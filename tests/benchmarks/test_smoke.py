@@ -48,6 +48,19 @@ BENCHMARKS = {
     "gates": (("gate_wall_s", "gate_s", "verdicts", "conditions"), (), [pytest.mark.slow]),
     "deployments": (("summary", "rounds", "ray_version"), (), [pytest.mark.ray, pytest.mark.slow]),
     "http1_parsers": (("us_per_response", "ratio_to_llhttp", "conditions"), (), []),
+    "incidents": (
+        (
+            "detect_s_max",
+            "causes_named",
+            "recover_s_max",
+            "false_incidents",
+            "scenarios",
+            "targets_met",
+            "conditions",
+        ),
+        (),
+        [pytest.mark.slow],
+    ),
     # Starts an engine pair and four gateways (one per swapped piece): tens of seconds on a busy host.
     "gateway-swaps": (
         ("swaps", "cpu_ms_per_request", "paced_cpu_ms_per_request", "conditions"),

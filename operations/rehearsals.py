@@ -1,0 +1,151 @@
+"""Rehearsals: one of the eight incident causes produced on purpose on a route's simulated
+deployments, in virtual time, with everything downstream running for real.
+
+Each tick (``engines.rehearsal``) simulates the route's traffic on its deployments under the
+platform's current controls (route weights, replicas, tenants' rate limits and token caps, read back
+from the database every tick), writes what the gateway would have metered
+(``billing.services.rehearsal``) and what each engine's ``/metrics`` said (parsed by the same parser
+the scraper uses), then evaluates the route's SLOs at the tick's end and reviews the playbook's
+actions. The breach, its page, the incident, the diagnosis and the playbook's actions are the
+platform's own, through the event spine's reactions; the incident is labelled a rehearsal.
+
+Virtual time: the rehearsal's clock starts at ``start`` and moves by the tick, so that a 20-minute
+rehearsal takes seconds. Not simulated here: the gateway process itself (its admission decisions are
+modelled in ``engines.rehearsal`` from the same limits it would read) and Ray Serve.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+from billing.selectors.keys import tenant_limits_of
+from billing.services.rehearsal import usage_rehearsal_record
+from deployments.services import route_weights_set
+from engines.rehearsal import Controls, Rehearsal, Scenario, metrics_text
+from operations import engine_metrics
+from operations.mitigations import mitigations_review
+from operations.models import EngineSample, Incident, Slo, SloState
+from operations.services import slo_evaluate
+
+ACTOR = "rehearsal"
+
+
+def _controls(route, deployments: dict, tenants: dict) -> Controls:
+    by_pk = {d.pk: name for name, d in deployments.items()}
+    weights = {by_pk[t.deployment_id]: t.weight for t in route.targets.all() if t.deployment_id in by_pk}
+    names = {str(t.pk): name for name, t in tenants.items()}
+    limits = tenant_limits_of(tenant_ids=[t.pk for t in tenants.values()])
+    replicas = {}
+    for name, d in deployments.items():
+        d.refresh_from_db(fields=["num_replicas"])
+        replicas[name] = d.num_replicas
+    return Controls(
+        weights=weights,
+        replicas=replicas,
+        rpm_limit={names[k]: v["rpm_limit"] for k, v in limits.items()},
+        max_input_tokens={names[k]: v["max_input_tokens"] for k, v in limits.items()},
+        max_output_tokens={names[k]: v["max_output_tokens"] for k, v in limits.items()},
+    )
+
+
+def _within(slo: Slo) -> bool:
+    """The SLO's last evaluation found the fast long window within the objective (burn below 1)."""
+    w = (slo.last or {}).get("windows", {}).get("fast_long") or {}
+    return bool(w.get("valid")) and w.get("burn", 1.0) < 1.0
+
+
+def rehearsal_run(
+    *,
+    scenario: Scenario,
+    route,
+    deployments: dict,
+    tenants: dict,
+    start: dt.datetime,
+    duration_s: float,
+    tick_s: float = 5.0,
+    seed: int = 0,
+    fault: bool = True,
+    progress: Callable[[float, str], None] | None = None,
+) -> dict:
+    """Run ``scenario`` on ``route`` (its deployments and tenants by the scenario's names) for
+    ``duration_s`` virtual seconds from ``start``; returns what happened, when."""
+    sim = Rehearsal(scenario, seed=seed, fault=fault)
+    fault_at = start + dt.timedelta(seconds=scenario.fault_at_s)
+    slos = list(Slo.objects.filter(route=route, is_active=True))
+    joined = False
+    detected_at = recovered_at = cleared_at = None
+    incident = None
+    false_incidents = 0
+    t = 0.0
+    while t < duration_s - 1e-9:
+        if fault and scenario.fault.joins and not joined and t >= scenario.fault_at_s:
+            route_weights_set(route=route, weights={deployments[scenario.fault.joins]: scenario.fault.joins_weight},
+                              actor=ACTOR, reason=f"rehearsal {scenario.name}: a new release joins the route")  # fmt: skip
+            joined = True
+        records, metrics = sim.tick(t, t + tick_s, _controls(route, deployments, tenants))
+        usage_rehearsal_record(rows=[{
+            **{k: r[k] for k in ("prompt_tokens", "completion_tokens", "cached_tokens", "ttft_ms", "tpot_ms",
+                                 "status", "http_status")},
+            "at": start + dt.timedelta(seconds=r["at_s"]), "tenant_id": tenants[r["tenant"]].pk,
+            "public_model": route.public_name,
+            "deployment_id": deployments[r["deployment"]].pk if r["deployment"] else None,
+            "deployment_slug": deployments[r["deployment"]].slug if r["deployment"] else "",
+        } for r in records])  # fmt: skip
+        t += tick_s
+        now = start + dt.timedelta(seconds=t)
+        EngineSample.objects.bulk_create(
+            EngineSample(deployment=deployments[d], at=now, values=engine_metrics.parse(metrics_text(v)))
+            for d, v in metrics.items()
+        )
+        for slo in slos:
+            slo_evaluate(slo, now=now)  # a breach's reactions (page, incident, playbook) run on commit
+        mitigations_review(now=now)
+        Incident.objects.filter(route=route, rehearsal=False).update(rehearsal=True)
+        opened = Incident.objects.filter(route=route).order_by("opened_at", "id")
+        false_incidents = opened.filter(opened_at__lt=fault_at).count() if fault else opened.count()
+        if fault and incident is None:
+            incident = opened.filter(opened_at__gte=fault_at).first()
+            detected_at = incident.opened_at if incident else None
+        states = list(Slo.objects.filter(pk__in=[s.pk for s in slos]))
+        if detected_at and recovered_at is None and all(_within(s) for s in states):
+            recovered_at = now  # the last fast long window (1 h at full scale) is within every objective
+        if detected_at and cleared_at is None and all(s.state == SloState.OK for s in states):
+            cleared_at = now  # every alert condition off, the slow ticket windows (3 d / 6 h) too
+        if progress is not None:
+            progress(t / duration_s, f"{scenario.name}: {t:.0f} of {duration_s:.0f} virtual seconds")
+    if incident is not None:
+        incident.refresh_from_db()  # re-diagnosed when a later breach brought the evidence
+    cause = incident.diagnosis.get("cause") if incident else None
+    fault_end = fault_at + dt.timedelta(seconds=scenario.fault_for_s)
+    mitigations = list(incident.mitigations.all()) if incident else []
+    return {
+        "scenario": scenario.name,
+        "title": scenario.title,
+        "expected_causes": list(scenario.causes),
+        "incident": incident.pk if incident else None,
+        "detect_s": (detected_at - fault_at).total_seconds() if detected_at else None,
+        "cause": cause,
+        "cause_named": cause in scenario.causes,
+        "summary": incident.diagnosis.get("summary") if incident else None,
+        "actions": [
+            {
+                "kind": m.kind,
+                "summary": m.summary,
+                "state": m.state,
+                "applied_by": m.applied_by,
+                "outcome": m.outcome,
+            }
+            for m in mitigations
+        ],  # fmt: skip
+        "playbook_applied": any(m.applied_at for m in mitigations),
+        # From the detection until the last hour (scaled) met every objective again. Recovery before
+        # the fault ended by itself is the playbook's doing; after, it is the fault's end.
+        "recover_s": (recovered_at - detected_at).total_seconds() if recovered_at else None,
+        "recovered_before_fault_ended": bool(recovered_at and recovered_at < fault_end),
+        # The workbook's slow ticket windows (3 d / 6 h, scaled) remember the burn long after it stopped.
+        "cleared_s": (cleared_at - detected_at).total_seconds() if cleared_at else None,
+        "reverted": [m.outcome for m in mitigations if m.state == "reverted"],
+        "false_incidents": false_incidents,
+        "virtual_s": duration_s,
+    }
