@@ -87,7 +87,7 @@ SCENARIOS = {
                  (Tenant("acme", 2.5, 3000, 100, 0.95), Tenant("globex", 2.5, 3000, 100, 0.95)),
                  Fault(tenants=(Tenant("acme", 2.5, 3000, 100, 0.0), Tenant("globex", 2.5, 3000, 100, 0.0)))),
         Scenario("kv_exhaustion", "The KV cache runs out and requests are preempted", ("kv_pressure",), BASE,
-                 Fault(kv_blocks={"a": 160, "b": 160})),
+                 Fault(kv_blocks={"a": 280, "b": 280})),
         Scenario("longer_outputs", "Outputs suddenly grow longer", ("longer_outputs",),
                  (Tenant("acme", 3.0, 600, 150, 0.5), Tenant("globex", 3.0, 600, 150, 0.5)),
                  Fault(tenants=(Tenant("acme", 3.0, 600, 1000, 0.5), Tenant("globex", 3.0, 600, 1000, 0.5)))),

@@ -40,8 +40,9 @@ def test_each_fault_moves_the_figure_its_cause_names():
     assert {r["http_status"] for r in lost if r["deployment"] == "b"} == {503}
     flood, _ = _run("long_prompt_flood", 60, 90)
     assert max(r["prompt_tokens"] for r in flood if r["tenant"] == "globex") > 5000
-    _, kv = _run("kv_exhaustion", 60, 75)
-    assert all(m["vllm:kv_cache_usage_perc"] > 0.85 and m["vllm:num_preemptions"] > 0 for m in kv.values())
+    _, kv = _run("kv_exhaustion", 60, 75)  # the gauge is a moment's; the preemptions count up
+    assert all(m["vllm:num_preemptions"] > 0 for m in kv.values())
+    assert max(m["vllm:kv_cache_usage_perc"] for m in kv.values()) > 0.85
     collapsed, _ = _run("prefix_cache_collapse", 60, 90)
     cached, _ = _run("prefix_cache_collapse", 30, 60)
     share = [
