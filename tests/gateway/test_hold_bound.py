@@ -123,8 +123,12 @@ def test_hard_cap_holds_under_500_concurrent_requests_with_40kb_tools(
 
     results = asyncio.run(burst(500))
     ok = sum(1 for s, _ in results if s == 200)
-    # Refused while others hold the rest, or once what is left is smaller than one worst case.
-    rejected = sum(1 for s, c in results if c in ("budget_exceeded", "worst_case_over_budget"))
+    # Refused while others hold the rest, or once what is left is smaller than one worst case; on a
+    # busy host an admission call to Redis may also time out, and the gateway then fails closed
+    # (503 limits_unavailable, nothing held): a refusal too, never a request past the cap.
+    rejected = sum(
+        1 for s, c in results if c in ("budget_exceeded", "worst_case_over_budget", "limits_unavailable")
+    )
     assert ok + rejected == 500, {c for _, c in results}
     assert 0 < ok < 100  # before the fix: all 500, 25 times the cap
     deadline = time.monotonic() + 60
