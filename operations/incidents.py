@@ -15,6 +15,7 @@ from billing.selectors.usage import usage_route_samples
 from operations import diagnosis, mitigations, playbooks
 from operations.models import Incident, IncidentEntry, SloBreach, SloKind
 from operations.scrape import engine_intervals
+from operations.timeline import entry_add
 
 # The baseline is this many fast long windows (1 h at full scale), just before the incident window.
 BASELINE_FACTOR = 6
@@ -24,14 +25,8 @@ WINDOW_REQUESTS = 50
 CHANGE_LEAD = dt.timedelta(minutes=30)
 
 
-def _entry(incident: Incident, *, kind: str, text: str, at: dt.datetime, data: dict | None = None,
-           source: str = "") -> None:  # fmt: skip
-    try:
-        with transaction.atomic():
-            IncidentEntry.objects.create(incident=incident, kind=kind, text=text[:1000], at=at, data=data or {},
-                                         source=source)  # fmt: skip
-    except IntegrityError:
-        pass  # written by an earlier run of the same reaction
+def _entry(incident: Incident, **fields) -> None:
+    entry_add(incident_id=incident.pk, **fields)
 
 
 def incident_diagnose(incident: Incident, *, breach: SloBreach, now: dt.datetime | None = None) -> dict:

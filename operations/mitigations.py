@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record, audit_save, snapshot
@@ -37,6 +37,7 @@ from operations.models import (
     SloBreach,
     SloState,
 )
+from operations.timeline import entry_add
 
 ACTOR = "playbook"  # the audit trail's actor for actions applied in automatic mode
 POLICY_FIELDS = ("mode", "actions", "time_box_minutes", "hold_minutes", "min_rpm", "min_input_tokens",
@@ -48,12 +49,8 @@ def _name(actor) -> str:
 
 
 def _entry(m: Mitigation, text: str, at: dt.datetime, source: str) -> None:
-    try:
-        with transaction.atomic():
-            IncidentEntry.objects.create(incident_id=m.incident_id, kind=IncidentEntry.Kind.ACTION, at=at,
-                                         text=text[:1000], data={"mitigation": m.pk, "kind": m.kind}, source=source)  # fmt: skip
-    except IntegrityError:
-        pass  # written by an earlier run
+    entry_add(incident_id=m.incident_id, kind=IncidentEntry.Kind.ACTION, text=text, at=at,
+              data={"mitigation": m.pk, "kind": m.kind}, source=source)  # fmt: skip
 
 
 # --- the policy ------------------------------------------------------------------------------------
