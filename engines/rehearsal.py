@@ -112,13 +112,6 @@ class Controls:
     max_output_tokens: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
-class Counters:
-    """An engine's cumulative counters and histogram sums, as its ``/metrics`` would expose them."""
-
-    values: dict = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0.0))
-
-
 COUNTERS = (
     "vllm:num_preemptions", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:prompt_tokens",
     "vllm:generation_tokens", "vllm:request_queue_time_seconds_sum", "vllm:request_queue_time_seconds_count",
@@ -133,7 +126,7 @@ class Rehearsal:
         self.s = scenario
         self.seed = seed
         self.fault = fault
-        self.counters: dict[str, Counters] = {}
+        self.counters: dict[str, dict] = {}  # per deployment: its cumulative counters (``COUNTERS``)
         self._model = model_preset(scenario.model)
         self._gpu = gpu_preset(scenario.gpu)
 
@@ -203,7 +196,7 @@ class Rehearsal:
         for dep in sorted({d for d, _ in per_replica} | set(weights)):
             gauges = {"vllm:num_requests_waiting": 0.0, "vllm:num_requests_running": 0.0,
                       "vllm:kv_cache_usage_perc": 0.0}  # fmt: skip
-            c = self.counters.setdefault(dep, Counters()).values
+            c = self.counters.setdefault(dep, dict.fromkeys(COUNTERS, 0.0))
             for (d, _replica), reqs in sorted(per_replica.items()):
                 if d != dep:
                     continue
