@@ -40,51 +40,7 @@ from benchmarks.rollouts import scratch_database  # noqa: E402
 from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
 
 TARGETS = {"detect_s": 30.0, "recover_s": 60.0, "false_incidents": 0}
-
-
-def rehearsal_setup(name: str, scenario, *, window_scale: float):
-    from decimal import Decimal
-
-    from billing.models import Tenant
-    from catalog.models import GpuType, Model, ModelVersion
-    from deployments.models import Deployment, ModelRoute, RouteTarget
-    from operations.services import playbook_policy_set, slo_create
-
-    gpu, _ = GpuType.objects.get_or_create(
-        name="L40S", defaults={"memory_gib": 48, "hbm_bandwidth_gbps": 864, "bf16_tflops": 362,
-                               "fp8_tflops": 733, "rental_usd_per_hour": Decimal("0.99")},
-    )  # fmt: skip
-    model, _ = Model.objects.get_or_create(
-        name="Llama-3.1-8B-Instruct",
-        defaults={"family": "llama", "parameter_count": 8_030_261_248, "layers": 32, "hidden_size": 4096,
-                  "attention_heads": 32, "kv_heads": 8, "head_dim": 128, "vocab_size": 128256, "max_context": 131072},
-    )  # fmt: skip
-    version, _ = ModelVersion.objects.get_or_create(
-        model=model, label="bf16", defaults={"lifecycle": "serving"}
-    )
-    route = ModelRoute.objects.create(public_name=f"rehearsal-{name}")
-    deployments = {}
-    for d in (*scenario.deployments, scenario.fault.joins):
-        if not d:
-            continue
-        deployments[d] = Deployment.objects.create(
-            name=f"{name} {d}", slug=f"{name.replace('_', '-')}-{d}"[:48], model_version=version, gpu_type=gpu,
-            served_model_name="llama", max_model_len=8192, max_num_seqs=scenario.max_num_seqs, status="RUNNING",
-        )  # fmt: skip
-        if d in scenario.deployments:
-            RouteTarget.objects.create(route=route, deployment=deployments[d], weight=50)
-    tenants = {}
-    for t in (*scenario.tenants, *scenario.fault.tenants):
-        if t.name not in tenants:
-            tenants[t.name] = Tenant.objects.create(
-                name=f"{name} {t.name}", slug=f"{name}-{t.name}"[:50].replace("_", "-")
-            )
-    actor = "system:bench"
-    for kind, threshold in (("ttft", 500), ("tpot", 40), ("errors", None)):
-        slo_create(route=route, kind=kind, threshold_ms=threshold, target="0.99", window_scale=window_scale,
-                   min_requests=10, actor=actor)  # fmt: skip
-    playbook_policy_set(route=route, actor=actor, mode="auto", time_box_minutes=10, hold_minutes=1)
-    return route, deployments, tenants
+ACTOR = "system:bench"
 
 
 def run(a: argparse.Namespace) -> dict:
@@ -95,7 +51,7 @@ def run(a: argparse.Namespace) -> dict:
     from django.core.management import call_command
 
     from engines.rehearsal import SCENARIOS, scenario
-    from operations.rehearsals import rehearsal_run
+    from operations.rehearsals import rehearsal_run, rehearsal_setup
 
     call_command("migrate", verbosity=0)
     start = dt.datetime(2026, 1, 5, 9, 0, tzinfo=dt.UTC)
@@ -103,7 +59,9 @@ def run(a: argparse.Namespace) -> dict:
     names = a.scenarios or list(SCENARIOS)
     for i, name in enumerate(names):
         sc = scenario(name, fault_at_s=a.steady_s, fault_for_s=a.fault_s)
-        route, deps, tenants = rehearsal_setup(name, sc, window_scale=a.window_scale)
+        route, deps, tenants = rehearsal_setup(
+            f"rehearsal-{name}", sc, actor=ACTOR, window_scale=a.window_scale
+        )
         t0 = time.perf_counter()
         r = rehearsal_run(scenario=sc, route=route, deployments=deps, tenants=tenants,
                           start=start + dt.timedelta(days=i), duration_s=a.steady_s + a.fault_s + a.after_s,
@@ -113,7 +71,7 @@ def run(a: argparse.Namespace) -> dict:
         print(f"{name}: detect {r['detect_s']} s, cause {r['cause']} ({'right' if r['cause_named'] else 'WRONG'}), "
               f"recover {r['recover_s']} s, actions {[x['kind'] for x in r['actions']]}", file=sys.stderr)  # fmt: skip
     base = scenario(names[0], fault_at_s=a.steady_minutes * 60, fault_for_s=0)
-    route, deps, tenants = rehearsal_setup("steady", base, window_scale=a.window_scale)
+    route, deps, tenants = rehearsal_setup("rehearsal-steady", base, actor=ACTOR, window_scale=a.window_scale)
     t0 = time.perf_counter()
     steady = rehearsal_run(scenario=base, route=route, deployments=deps, tenants=tenants,
                            start=start + dt.timedelta(days=len(names)), duration_s=a.steady_minutes * 60,

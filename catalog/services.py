@@ -515,3 +515,31 @@ def model_update(*, model: Model, actor, **fields) -> Model:
     for name, value in fields.items():
         setattr(model, name, value)
     return model_save(instance=model, actor=actor)
+
+
+# The rehearsal's simulated engines model Llama-3.1-8B on an L40S (``engines.rehearsal``): the
+# console's rehearsal deployments point at these rows, made once (audited) and then reused.
+REHEARSAL_GPU = {"name": "L40S", "memory_gib": 48, "hbm_bandwidth_gbps": 864, "bf16_tflops": 362,
+                 "fp8_tflops": 733, "rental_usd_per_hour": Decimal("0.99")}  # fmt: skip
+REHEARSAL_MODEL = {"name": "Llama-3.1-8B-Instruct", "family": "llama", "parameter_count": 8_030_261_248,
+                   "layers": 32, "hidden_size": 4096, "attention_heads": 32, "kv_heads": 8, "head_dim": 128,
+                   "vocab_size": 128256, "max_context": 131072}  # fmt: skip
+REHEARSAL_LABEL = "rehearsal"
+
+
+@transaction.atomic
+def rehearsal_catalog(*, actor) -> tuple[ModelVersion, GpuType]:
+    """The version and GPU type an incident rehearsal's deployments are labelled with: the catalog's
+    own Llama-3.1-8B-Instruct and L40S where they exist, a version labelled ``rehearsal``."""
+    gpu = GpuType.objects.filter(name=REHEARSAL_GPU["name"]).first() or gpu_type_create(
+        actor=actor, **REHEARSAL_GPU
+    )
+    model = Model.objects.filter(name=REHEARSAL_MODEL["name"]).first() or model_create(
+        actor=actor, **REHEARSAL_MODEL
+    )
+    version = ModelVersion.objects.filter(model=model, label=REHEARSAL_LABEL).first()
+    if version is None:
+        # No weights: nothing is ever deployed from it (a rehearsal's engines are simulated).
+        version = model_version_create(actor=actor, model=model, label=REHEARSAL_LABEL,
+                                       weights_uri="rehearsal://simulated")  # fmt: skip
+    return version, gpu

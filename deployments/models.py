@@ -43,8 +43,9 @@ public_name_validator = RegexValidator(
 
 class DeploymentQuerySet(models.QuerySet):
     def live(self) -> DeploymentQuerySet:
-        """Not deleted (deleted rows stay for their event timeline)."""
-        return self.filter(deleted_at__isnull=True)
+        """Not deleted (deleted rows stay for their event timeline), and not a rehearsal's (those
+        exist only in an incident rehearsal's simulation: nothing deploys, lists or routes them)."""
+        return self.filter(deleted_at__isnull=True, rehearsal=False)
 
     def desired_running(self) -> DeploymentQuerySet:
         return self.live().filter(desired_state=DesiredState.RUNNING)
@@ -157,6 +158,9 @@ class Deployment(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # Made by an incident rehearsal (``operations.rehearsals``): simulated in virtual time, never
+    # compiled into the Serve config, observed, listed or published to the gateway.
+    rehearsal = models.BooleanField(default=False, editable=False)
 
     objects = DeploymentQuerySet.as_manager()
 
@@ -330,6 +334,9 @@ class ModelRoute(models.Model):
         related_name="+",
         help_text="Only these tenants' keys may use this model name; none selected means every tenant.",
     )
+    # Made by an incident rehearsal: its incidents are labelled as such, and the gateway never
+    # serves it (it is left out of the snapshot).
+    rehearsal = models.BooleanField(default=False, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -272,7 +272,11 @@ def _store_observation(details: dict, *, invalid: dict[int, str], rejected: str)
     now = timezone.now()
     moving = False
     changed = False
-    rows = list(Deployment.objects.exclude(status=Status.DELETED).select_related("model_version__model"))
+    rows = list(
+        Deployment.objects.exclude(status=Status.DELETED)
+        .filter(rehearsal=False)
+        .select_related("model_version__model")
+    )
     # A deleted deployment's slug may already serve a new deployment: that app is not the old one's.
     live_slugs = {d.slug for d in rows if not d.is_deleted}
     for d in rows:
@@ -304,7 +308,7 @@ def _mark_unreachable(error: str) -> None:
     now = timezone.now()
     message = f"Cluster unreachable: {error}"
     changed = False
-    for d in Deployment.objects.exclude(status__in=[Status.DELETED]):
+    for d in Deployment.objects.exclude(status__in=[Status.DELETED]).filter(rehearsal=False):
         fields = {"status": Status.UNKNOWN, "status_message": message, "observed_at": now}
         if d.status != Status.UNKNOWN:
             fields["status_changed_at"] = now

@@ -21,7 +21,7 @@ from audit.services import audit_delete, audit_record, audit_save, snapshot
 from catalog.selectors import version_can_deploy, version_can_serve_production
 from catalog.services import memory_estimate
 from deployments.compiler import effective_kv_cache_dtype, effective_precision
-from deployments.constants import DesiredState, EngineKind, EventKind, ScalingMode
+from deployments.constants import DesiredState, EngineKind, EventKind, Pool, ScalingMode, Status
 from deployments.models import Deployment, DeploymentEvent, ModelRoute, RouteTarget
 from deployments.selectors import routing_table
 from engines.memory import GIB, MIN_KV_RESERVE_TOKENS, MemoryEstimate
@@ -380,6 +380,8 @@ def _check_target(deployment: Deployment, weight: int) -> None:
         raise ValidationError({"deployment": "This deployment was deleted."})
     if weight < 0:
         raise ValidationError({"weight": "Weights are 0 or more."})
+    if deployment.rehearsal:
+        return  # simulated in a rehearsal: no tenant's traffic reaches it
     _require_deployable(deployment.model_version)
     if weight > 0:
         # Routes carry tenants' production traffic: only approved or serving versions get a share.
@@ -437,6 +439,37 @@ def route_weights_set(
 def route_target_delete(*, target: RouteTarget, actor, reason: str = "") -> None:
     audit_delete(actor=actor, instance=target, reason=reason)
     target.delete()
+
+
+# --- incident rehearsals -------------------------------------------------------------------------
+
+
+@transaction.atomic
+def rehearsal_route_create(
+    *, public_name: str, version, gpu_type, deployments: dict[str, dict], actor
+) -> tuple[ModelRoute, dict[str, Deployment]]:
+    """A route and its deployments for an incident rehearsal (``operations.rehearsals``), marked as
+    such: the reconciler never deploys them, the lists never show the deployments, and the gateway's
+    snapshot leaves the route out. ``deployments``: {name: {"weight", "pool", "max_num_seqs"}}; a
+    weight of None makes the deployment without a route target (a release that joins later)."""
+    route = ModelRoute(public_name=public_name, rehearsal=True,
+                       description="Incident rehearsal: simulated in virtual time, never served")  # fmt: skip
+    route.full_clean()
+    route.save()
+    audit_save(actor=actor, instance=route, before=None, reason="incident rehearsal")
+    made = {}
+    for name, spec in deployments.items():
+        slug = f"{public_name}-{name}".lower().replace("_", "-")[:48].strip("-")
+        d = Deployment.objects.create(
+            name=f"{public_name} {name}", slug=slug, model_version=version, gpu_type=gpu_type,
+            served_model_name=name, max_model_len=spec.get("max_model_len", 8192),
+            max_num_seqs=spec.get("max_num_seqs", 128), pool=spec.get("pool", Pool.ONLINE),
+            status=Status.RUNNING, rehearsal=True,
+        )  # fmt: skip
+        if spec.get("weight") is not None:
+            RouteTarget.objects.create(route=route, deployment=d, weight=spec["weight"])
+        made[name] = d
+    return route, made
 
 
 # --- fault injection (simulated engines) --------------------------------------------------------

@@ -11,7 +11,8 @@ returns what the gateway would have metered and what each engine's ``/metrics`` 
 
 What the platform changes in response (route weights, a tenant's rate limit and token caps, replica
 counts) comes in through ``Controls`` at each tick, and is applied here as the gateway and Ray Serve
-apply it: weights split the traffic, a prompt over the tenant's cap is refused with a 400 before it
+apply it: weights split the traffic, prompts over the route's long-context threshold go to its
+long-context pool, a prompt over the tenant's cap is refused with a 400 before it
 reaches an engine, ``max_tokens`` is capped, requests past the rate limit get a 429, and replicas
 share their deployment's traffic. So a rehearsal closes the loop: the SLOs, the incident, the
 diagnosis and the playbook run for real, on the traffic the simulated engines produce.
@@ -67,6 +68,9 @@ class Scenario:
     tenants: tuple[Tenant, ...]
     fault: Fault
     deployments: tuple[str, ...] = ("a", "b")
+    # Deployments in the route's long-context pool: idle until the route's long-context threshold
+    # is set, then they take the prompts over it (as ``gateway.router`` does).
+    long_pool: tuple[str, ...] = ()
     model: str = "llama-3.1-8b"
     gpu: str = "L40S"
     max_num_seqs: int = 128
@@ -110,6 +114,8 @@ class Controls:
     rpm_limit: dict[str, int] = field(default_factory=dict)  # tenant -> requests/min (0 = none)
     max_input_tokens: dict[str, int] = field(default_factory=dict)
     max_output_tokens: dict[str, int] = field(default_factory=dict)
+    long_threshold: int | None = None  # the route's long-context threshold (prompt tokens)
+    long_pool: frozenset[str] = frozenset()  # deployments in the long-context pool
 
 
 COUNTERS = (
@@ -148,7 +154,10 @@ class Rehearsal:
         metrics at ``t1``. Deterministic for a seed and the same controls."""
         rng = np.random.default_rng([self.seed, int(t0 * 1000)])
         weights = {d: w for d, w in controls.weights.items() if w > 0}
-        total_w = sum(weights.values())
+        # The gateway's pools (``gateway.router.Router.candidates``): prompts over the threshold go to
+        # the long-context pool when it has weight; the rest to the others (to it only when none).
+        long_w = {d: w for d, w in weights.items() if d in controls.long_pool}
+        short_w = {d: w for d, w in weights.items() if d not in controls.long_pool} or long_w
         start = t0 - WARM_S  # before 0 too: a rehearsal starts on engines already serving
         records: list[dict] = []
         # Requests per deployment replica: (arrival, tenant, input, output, prefix_len)
@@ -182,7 +191,8 @@ class Rehearsal:
                         if t0 <= a < t1:
                             records.append(_refused(a, name, i, http))
                         continue
-                    dep = _pick(weights, total_w, rng)
+                    long = bool(controls.long_threshold and i > controls.long_threshold and long_w)
+                    dep = _pick(long_w if long else short_w, rng)
                     if dep is None:
                         continue
                     if self.faulted(a) and rng.random() < self.s.fault.error_rate.get(dep, 0.0):
@@ -265,7 +275,8 @@ def _segments(t0: float, t1: float, f0: float, f1: float) -> list[tuple[float, f
     return list(zip(cuts, cuts[1:], strict=False))
 
 
-def _pick(weights: dict[str, int], total: int, rng: np.random.Generator) -> str | None:
+def _pick(weights: dict[str, int], rng: np.random.Generator) -> str | None:
+    total = sum(weights.values())
     if total <= 0:
         return None
     x = rng.random() * total

@@ -3,14 +3,6 @@
 from django.db import models
 
 
-class RunStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
-
-
 class RunKind(models.TextChoices):
     MEASURED = "measured", "Measured"  # real requests against a live endpoint
     PREDICTED = "predicted", "Predicted"  # the virtual-time simulator, for any deployment spec

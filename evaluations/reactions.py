@@ -1,7 +1,7 @@
 """Evaluations' reactions to events (registered in ``settings.GOVERNOR_REACTIONS``, ADR 0030).
 
 Each enqueues the Celery task of a queued run. Delivery is at least once, and so is the enqueue:
-a second task for the same run claims nothing (``evaluations.lifecycle.run_claim`` moves queued →
+a second task for the same run claims nothing (``core.lifecycle.run_claim`` moves queued →
 running once; a cross-check claims its queued state under a row lock).
 """
 

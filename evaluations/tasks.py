@@ -1,15 +1,15 @@
 """Celery entry points of the evaluations app: take an id, call the service.
 
 Each task that executes a run has ``lifecycle.RunTask`` as its base, which fails the row when the
-task dies outside the service (time limit, crash). Beat: ``evaluations.runs_reap_stale`` every
-minute fails the runs of every kind whose worker died (scheduled in ``workers/celery.py``).
+task dies outside the service (time limit, crash). The beat's ``workers.runs_reap_stale`` fails the
+runs of every kind whose worker died.
 """
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from evaluations.lifecycle import RunTask
+from core.lifecycle import RunTask
 from evaluations.models.cost import CapacityPlan
 
 
@@ -82,11 +82,3 @@ def capacity_plan_compute_task(plan_id: int) -> dict:
 
     plan = capacity_plan_compute(plan_id=plan_id)
     return {"id": plan.pk, "status": plan.status}
-
-
-@shared_task(name="evaluations.runs_reap_stale", soft_time_limit=60, time_limit=90)
-def runs_reap_stale_task() -> dict[str, int]:
-    """Fail the running runs of every kind whose heartbeat went silent (``STALE_AFTER_S``); how many of each."""
-    from evaluations.lifecycle import reaped_models, runs_reap_stale
-
-    return {model.__name__: runs_reap_stale(model) for model in reaped_models()}

@@ -167,7 +167,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "DeploymentStatusEnum": "deployments.constants.Status",
         "DeploymentEventKindEnum": "deployments.constants.EventKind",
-        "BenchmarkRunStatusEnum": "evaluations.constants.RunStatus",
+        "BenchmarkRunStatusEnum": "core.runs.RunStatus",
         "BenchmarkRunKindEnum": "evaluations.constants.RunKind",
         "UsageEventStatusEnum": "billing.models.UsageEvent.Status",
     },
@@ -306,6 +306,8 @@ GOVERNOR_REACTIONS = {
     # operations: an SLO's burn-rate alert pages the on-call; its recovery resolves the page.
     # A breach also opens (or joins) the route's incident and diagnoses it; recovery resolves it.
     "operations.slo_breached": ["operations.reactions.breach_page", "operations.reactions.incident_open"],
+    # operations: a console rehearsal was queued; a worker runs it.
+    "operations.rehearsal_queued": ["operations.reactions.rehearsal_enqueue"],
     "operations.slo_recovered": [
         "operations.reactions.recovery_resolve",
         "operations.reactions.incident_recover",

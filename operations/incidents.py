@@ -93,7 +93,7 @@ def incident_for_breach(*, breach_id: int, source: str, now: dt.datetime | None 
                 with transaction.atomic():
                     incident = Incident.objects.create(
                         route=route, severity=breach.severity, opened_at=breach.started_at,
-                        title=f"{route.public_name}: {breach.slo.objective} breached",
+                        title=f"{route.public_name}: {breach.slo.objective} breached", rehearsal=route.rehearsal,
                     )  # fmt: skip
                     created = True
             except IntegrityError:

@@ -166,7 +166,7 @@ def mitigations_propose(*, incident: Incident, now: dt.datetime | None = None) -
     if policy.mode == PlaybookMode.AUTO:
         for m in pending:
             mitigation_apply(mitigation=m, actor=ACTOR, now=now)
-    elif policy.mode == PlaybookMode.APPROVE and pending:
+    elif policy.mode == PlaybookMode.APPROVE and pending and not incident.route.rehearsal:
         notify_oncall(
             kind="operations.mitigation_proposed",
             title=f"{incident.route.public_name}: {len(pending)} playbook action(s) wait for an approval",
@@ -374,11 +374,20 @@ def _held(route, *, since: dt.datetime) -> bool:
     return not recent.exists() and not SloBreach.objects.filter(slo__route=route, ended_at__gt=since).exists()
 
 
-def mitigations_review(*, now: dt.datetime | None = None) -> dict[int, str]:
-    """Revert each applied action whose time box ended, or whose route's SLOs held for the hold time."""
+def mitigations_review(*, now: dt.datetime | None = None, route=None) -> dict[int, str]:
+    """Revert each applied action whose time box ended, or whose route's SLOs held for the hold time.
+
+    Without ``route``: every route but rehearsals' (the beat's pass, in real time); with it: that
+    route's actions only (a rehearsal's pass, in its virtual time)."""
     now = now or timezone.now()
     done = {}
-    for m in Mitigation.objects.filter(state=Mitigation.State.APPLIED).select_related("incident__route"):
+    applied = Mitigation.objects.filter(state=Mitigation.State.APPLIED).select_related("incident__route")
+    applied = (
+        applied.filter(incident__route=route)
+        if route is not None
+        else applied.filter(incident__route__rehearsal=False)
+    )
+    for m in applied:
         policy = policy_for(m.incident.route)
         hold = dt.timedelta(minutes=policy.hold_minutes)
         if m.expires_at and now >= m.expires_at:

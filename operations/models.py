@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from core.runs import Run
+
 
 class SloKind(models.TextChoices):
     TTFT = "ttft", "Time to first token"
@@ -245,3 +247,34 @@ class Mitigation(models.Model):
 
     def __str__(self) -> str:
         return self.summary
+
+
+class RehearsalRun(Run):
+    """An incident rehearsal an admin started from the console: one of the eight causes produced on
+    purpose on a route of simulated deployments made for it (``deployments`` marks them, so nothing
+    deploys or serves them), in virtual time, with the platform's SLOs, incidents, diagnosis and
+    playbook acting for real. ``result`` is what ``operations.rehearsals.rehearsal_run`` returned."""
+
+    WHAT = "this rehearsal"
+
+    class Mode(models.TextChoices):
+        AUTO = "auto", "Apply the playbook's actions automatically"
+        SUGGEST = "suggest", "Only suggest actions"
+
+    scenario = models.CharField(max_length=40)
+    mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.AUTO)
+    # Virtual seconds: steady traffic until the fault, the fault, and the rest of the rehearsal.
+    fault_at_s = models.PositiveIntegerField(default=300)
+    fault_for_s = models.PositiveIntegerField(default=240)
+    virtual_s = models.PositiveIntegerField(default=900)
+    route = models.ForeignKey(
+        "deployments.ModelRoute", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    incident = models.ForeignKey(Incident, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    result = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"rehearsal #{self.pk} {self.scenario}"

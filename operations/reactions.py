@@ -1,10 +1,11 @@
-"""Operations' reactions (``settings.GOVERNOR_REACTIONS``, ADR 0030): a breach pages the on-call and
-opens (or joins) the route's incident; a recovery resolves both. Idempotent: the page's
+"""Operations' reactions (``settings.GOVERNOR_REACTIONS``, ADR 0030): a breach pages the on-call (not
+for a rehearsal's route) and opens (or joins) the route's incident; a recovery resolves both. Idempotent: the page's
 ``dedup_key`` is the breach, and each incident entry carries the event that wrote it."""
 
 from __future__ import annotations
 
 from notify.services import notification_resolve, notify_oncall
+from operations import rehearsals
 from operations.incidents import incident_for_breach, incident_recovery
 
 
@@ -14,6 +15,8 @@ def _key(event) -> str:
 
 def breach_page(event) -> None:
     p = event.payload
+    if p.get("rehearsal"):
+        return  # a rehearsal's incident is on its page, labelled; nobody is woken for it
     window = f"{p['long_s']:g} s and {p['short_s']:g} s" if p["long_s"] < 3600 else (
         f"{p['long_s'] / 3600:g} h and {p['short_s'] / 60:g} min")  # fmt: skip
     notify_oncall(
@@ -45,3 +48,8 @@ def incident_open(event) -> None:
 
 def incident_recover(event) -> None:
     incident_recovery(breach_id=event.payload["breach"], source=f"event:{event.pk}")
+
+
+def rehearsal_enqueue(event) -> None:
+    """A console rehearsal was queued: a worker runs it (a second delivery claims nothing)."""
+    rehearsals._enqueue(event.payload["run"])

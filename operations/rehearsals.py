@@ -12,6 +12,11 @@ platform's own, through the event spine's reactions; the incident is labelled a 
 Virtual time: the rehearsal's clock starts at ``start`` and moves by the tick, so that a 20-minute
 rehearsal takes seconds. Not simulated here: the gateway process itself (its admission decisions are
 modelled in ``engines.rehearsal`` from the same limits it would read) and Ray Serve.
+
+An admin starts one from the console (``rehearsal_start``; a worker runs ``rehearsal_execute``): it
+gets its own route, deployments and tenants, marked or named as a rehearsal's, so that nothing is
+deployed, served, billed or paged for it, and its virtual clock ends at the moment it was run, so its
+incident sits in the console's timeline where it happened.
 """
 
 from __future__ import annotations
@@ -19,16 +24,120 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
 from billing.selectors.keys import tenant_limits_of
 from billing.services.rehearsal import usage_rehearsal_record
-from deployments.services import route_weights_set
-from engines.rehearsal import Controls, Rehearsal, Scenario, metrics_text
+from billing.services.tenancy import tenant_create
+from catalog.services import rehearsal_catalog
+from core.lifecycle import run_claim, run_fail, run_finish, run_report
+from deployments.constants import Pool
+from deployments.services import rehearsal_route_create, route_weights_set
+from engines.rehearsal import SCENARIOS, Controls, Rehearsal, Scenario, metrics_text, scenario
+from events.services import emit
 from operations import engine_metrics
-from operations.mitigations import mitigations_review
-from operations.models import EngineSample, Incident, Slo, SloState
-from operations.services import slo_evaluate
+from operations.mitigations import mitigation_revert, mitigations_review, playbook_policy_set
+from operations.models import EngineSample, Incident, Mitigation, RehearsalRun, Slo, SloState
+from operations.services import slo_create, slo_evaluate
 
 ACTOR = "rehearsal"
+# The SRE workbook's windows scaled down (the 1 h / 5 min page windows become 36 s / 3 s), so that
+# a fault is detected within a rehearsal's minutes of virtual time.
+WINDOW_SCALE = 0.01
+# A console rehearsal's virtual seconds: (steady traffic before the fault, the fault, after it). The
+# baseline the diagnosis compares with needs the steady minutes; "full" leaves the playbook time to
+# act while the fault lasts, and the SLOs time to hold again after it.
+LENGTHS = {"quick": (240, 60, 60), "full": (300, 240, 360)}
+
+
+def rehearsal_setup(
+    name: str, sc: Scenario, *, actor, mode: str = "auto", window_scale: float = WINDOW_SCALE
+):
+    """A route named ``name`` for scenario ``sc``: its simulated deployments (marked as a
+    rehearsal's), its tenants, three SLOs (TTFT 500 ms, TPOT 40 ms, errors; 99 %) and a playbook in
+    ``mode`` (10-minute time box, 1-minute hold). Returns (route, {deployment: row}, {tenant: row})."""
+    version, gpu = rehearsal_catalog(actor=actor)
+    specs = {d: {"weight": 50, "max_num_seqs": sc.max_num_seqs} for d in sc.deployments}
+    specs |= {
+        d: {"weight": 50, "max_num_seqs": sc.max_num_seqs, "pool": Pool.LONG_CONTEXT} for d in sc.long_pool
+    }
+    if sc.fault.joins:
+        specs[sc.fault.joins] = {"weight": None, "max_num_seqs": sc.max_num_seqs}
+    route, deployments = rehearsal_route_create(public_name=name, version=version, gpu_type=gpu,
+                                                deployments=specs, actor=actor)  # fmt: skip
+    tenants = {}
+    for t in (*sc.tenants, *sc.fault.tenants):
+        if t.name not in tenants:
+            tenants[t.name] = tenant_create(name=f"{name} {t.name}", slug=f"{name}-{t.name}"[:50].replace("_", "-"),
+                                            actor=actor)  # fmt: skip
+    for kind, threshold in (("ttft", 500), ("tpot", 40), ("errors", None)):
+        slo_create(route=route, kind=kind, threshold_ms=threshold, target="0.99", window_scale=window_scale,
+                   min_requests=10, actor=actor)  # fmt: skip
+    playbook_policy_set(route=route, actor=actor, mode=mode, time_box_minutes=10, hold_minutes=1)
+    return route, deployments, tenants
+
+
+# --- from the console -----------------------------------------------------------------------------
+
+
+def rehearsal_start(*, scenario_name: str, mode: str, actor, length: str = "full") -> RehearsalRun:
+    """Queue a rehearsal of one of the eight causes (``engines.rehearsal.SCENARIOS``) of a length in
+    ``LENGTHS``; a worker runs it."""
+    if scenario_name not in SCENARIOS:
+        raise ValidationError({"scenario": f"Choose one of: {', '.join(SCENARIOS)}."})
+    if mode not in RehearsalRun.Mode.values:
+        raise ValidationError({"mode": f"Choose one of: {', '.join(RehearsalRun.Mode.values)}."})
+    if length not in LENGTHS:
+        raise ValidationError({"length": f"Choose one of: {', '.join(LENGTHS)}."})
+    steady, fault, after = LENGTHS[length]
+    with transaction.atomic():
+        run = RehearsalRun.objects.create(
+            scenario=scenario_name, mode=mode, fault_at_s=steady, fault_for_s=fault, virtual_s=steady + fault + after,
+            created_by=actor if getattr(actor, "pk", None) else None,
+        )  # fmt: skip
+        emit("operations.rehearsal_queued", subject=run, payload={"run": run.pk})
+    return run
+
+
+def _enqueue(run_id: int) -> None:
+    from operations.tasks import rehearsal_execute_task
+
+    rehearsal_execute_task.delay(run_id)
+
+
+def rehearsal_execute(*, run_id: int) -> RehearsalRun:
+    """Run a queued console rehearsal to its end (a no-op when it is not queued any more). Its
+    virtual clock ends now; whatever the playbook still has applied at the end is reverted."""
+    if not run_claim(RehearsalRun, pk=run_id):
+        return RehearsalRun.objects.get(pk=run_id)
+    run = RehearsalRun.objects.select_related("created_by").get(pk=run_id)
+    actor = run.created_by or "system:rehearsal"
+    try:
+        sc = scenario(run.scenario, fault_at_s=float(run.fault_at_s), fault_for_s=float(run.fault_for_s))
+        route, deps, tenants = rehearsal_setup(f"rehearsal-{run.pk}-{run.scenario.replace('_', '-')}", sc,
+                                               actor=actor, mode=run.mode)  # fmt: skip
+        RehearsalRun.objects.filter(pk=run.pk).update(route=route)
+        end = timezone.now()
+        start = end - dt.timedelta(seconds=run.virtual_s)
+
+        def progress(share: float, message: str) -> None:
+            run_report(
+                RehearsalRun, pk=run.pk, progress=min(99, int(share * 100)), progress_message=message[:255]
+            )
+
+        result = rehearsal_run(scenario=sc, route=route, deployments=deps, tenants=tenants, start=start,
+                               duration_s=run.virtual_s, progress=progress)  # fmt: skip
+        for m in Mitigation.objects.filter(incident__route=route, state=Mitigation.State.APPLIED):
+            mitigation_revert(mitigation=m, actor=ACTOR, reason="the rehearsal ended", now=end)
+    except Exception as exc:
+        run_fail(RehearsalRun, pk=run.pk, error=f"{type(exc).__name__}: {exc}")
+        raise
+    detected = "no incident" if result["detect_s"] is None else f"detected in {result['detect_s']:g} s"
+    run_finish(RehearsalRun, pk=run.pk, message=f"{detected}; cause {result['cause'] or 'unknown'}",
+               result=result, incident_id=result["incident"])  # fmt: skip
+    return RehearsalRun.objects.get(pk=run.pk)
 
 
 def _controls(route, deployments: dict, tenants: dict) -> Controls:
@@ -40,7 +149,10 @@ def _controls(route, deployments: dict, tenants: dict) -> Controls:
     for name, d in deployments.items():
         d.refresh_from_db(fields=["num_replicas"])
         replicas[name] = d.num_replicas
+    route.refresh_from_db(fields=["long_context_threshold_tokens"])
     return Controls(
+        long_threshold=route.long_context_threshold_tokens,
+        long_pool=frozenset(name for name, d in deployments.items() if d.pool == Pool.LONG_CONTEXT),
         weights=weights,
         replicas=replicas,
         rpm_limit={names[k]: v["rpm_limit"] for k, v in limits.items()},
@@ -100,8 +212,7 @@ def rehearsal_run(
         )
         for slo in slos:
             slo_evaluate(slo, now=now)  # a breach's reactions (page, incident, playbook) run on commit
-        mitigations_review(now=now)
-        Incident.objects.filter(route=route, rehearsal=False).update(rehearsal=True)
+        mitigations_review(now=now, route=route)
         opened = Incident.objects.filter(route=route).order_by("opened_at", "id")
         false_incidents = opened.filter(opened_at__lt=fault_at).count() if fault else opened.count()
         if fault and incident is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from core.lifecycle import RunTask
 from operations import scrape, services
 
 
@@ -18,3 +19,19 @@ def slos_evaluate() -> dict:
 @shared_task(name="operations.engines_scrape", soft_time_limit=60, time_limit=120)
 def engines_scrape() -> int:
     return scrape.engines_scrape()
+
+
+@shared_task(
+    name="operations.rehearsal_execute",
+    base=RunTask,
+    run_model="operations.RehearsalRun",
+    acks_late=False,  # a rehearsal half run is started again by a person, not by a redelivery
+    soft_time_limit=20 * 60,
+    time_limit=20 * 60 + 30,
+)
+def rehearsal_execute_task(run_id: int) -> dict:
+    """Run a queued console rehearsal (a no-op when it is not queued any more)."""
+    from operations.rehearsals import rehearsal_execute
+
+    run = rehearsal_execute(run_id=run_id)
+    return {"id": run.pk, "status": run.status}

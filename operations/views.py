@@ -13,8 +13,9 @@ from django.views import View
 
 from core.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin, is_platform_admin
 from deployments.selectors import route_list
-from operations import incidents, mitigations, playbooks, scrape, selectors, services
-from operations.models import Incident, Mitigation, PlaybookMode, Slo, SloKind
+from engines.rehearsal import SCENARIOS
+from operations import incidents, mitigations, playbooks, rehearsals, scrape, selectors, services
+from operations.models import Incident, Mitigation, PlaybookMode, RehearsalRun, Slo, SloKind
 
 FORM_FIELDS = ("route", "kind", "threshold_ms", "tpot_threshold_ms", "target", "period_days", "window_scale",
                "min_requests")  # fmt: skip
@@ -223,3 +224,62 @@ class PlaybookPolicyView(PlatformAdminRequiredMixin, View):
             return self._render(request, route, form, _errors(exc), status=400)
         messages.success(request, f"Playbook of {route.public_name} saved.")
         return redirect(reverse("operations:playbook_policy", args=[route.pk]))
+
+
+# --- rehearsals ------------------------------------------------------------------------------------
+
+
+def _rehearsal_json(run: RehearsalRun) -> dict:
+    return {"id": run.pk, "scenario": run.scenario, "mode": run.mode, "status": run.status,
+            "progress": run.progress, "progress_message": run.progress_message, "error": run.error,
+            "created_at": run.created_at.isoformat(), "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+            "route": run.route.public_name if run.route else None, "incident": run.incident_id,
+            "fault_at_s": run.fault_at_s, "fault_for_s": run.fault_for_s, "virtual_s": run.virtual_s,
+            "result": run.result}  # fmt: skip
+
+
+class RehearsalListView(ReadsEverythingRequiredMixin, View):
+    """Every rehearsal run from the console, and (for platform admins) the form that starts one."""
+
+    def _render(self, request, form, errors, status=200):
+        qs = RehearsalRun.objects.select_related("route", "created_by")
+        if request.GET.get("scenario") in SCENARIOS:
+            qs = qs.filter(scenario=request.GET["scenario"])
+        page = Paginator(qs, 25).get_page(request.GET.get("page"))
+        if request.GET.get("format") == "json":
+            return JsonResponse(
+                {"count": page.paginator.count, "results": [_rehearsal_json(r) for r in page]}
+            )
+        params = request.GET.copy()
+        params.pop("page", None)
+        return render(request, "operations/rehearsal_list.html", {
+            "page": page, "qs": params.urlencode(), "scenarios": [(k, s.title) for k, s in SCENARIOS.items()],
+            "modes": RehearsalRun.Mode.choices, "form": form, "lengths": [
+                (k, f"{k}: {sum(v) // 60} min ({v[0] // 60} steady, fault {v[1]} s)") for k, v in rehearsals.LENGTHS.items()], "errors": errors, "scenario": request.GET.get("scenario", ""),
+            "can_start": is_platform_admin(request.user)}, status=status)  # fmt: skip
+
+    def get(self, request):
+        return self._render(request, {"scenario": "kv_exhaustion", "mode": "auto", "length": "full"}, {})
+
+    def post(self, request):
+        if not is_platform_admin(request.user):
+            return HttpResponse("Only a platform admin can start a rehearsal.", status=403)
+        form = {f: request.POST.get(f, "") for f in ("scenario", "mode", "length")}
+        try:
+            run = rehearsals.rehearsal_start(scenario_name=form["scenario"], mode=form["mode"],
+                                             length=form["length"], actor=request.user)  # fmt: skip
+        except ValidationError as exc:
+            return self._render(request, form, _errors(exc), status=400)
+        messages.success(request, f"Rehearsal #{run.pk} queued: {SCENARIOS[run.scenario].title.lower()}.")
+        return redirect(reverse("operations:rehearsal_detail", args=[run.pk]))
+
+
+class RehearsalDetailView(ReadsEverythingRequiredMixin, View):
+    def get(self, request, pk: int):
+        run = get_object_or_404(RehearsalRun.objects.select_related("route", "incident", "created_by"), pk=pk)
+        if request.GET.get("format") == "json":
+            return JsonResponse(_rehearsal_json(run))
+        template = "operations/partials/rehearsal_progress.html" if request.GET.get("part") == "progress" else (
+            "operations/rehearsal_detail.html")  # fmt: skip
+        sc = SCENARIOS.get(run.scenario)
+        return render(request, template, {"run": run, "scenario": sc, "r": run.result or {}})

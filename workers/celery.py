@@ -113,9 +113,10 @@ app.conf.beat_schedule["operations-engines-scrape"] = {
     "options": {"expires": float(os.environ.get("OPERATIONS_SLO_EVAL_S") or 10.0)},
 }
 
-# evaluations: fail the benchmark, eval and gate runs whose worker died (their heartbeat stopped).
-app.conf.beat_schedule["evaluations-reap-stale-runs"] = {
-    "task": "evaluations.runs_reap_stale",
+# Fail the runs of every kind (benchmark, eval, gate, plan, rehearsal) whose worker died (their
+# heartbeat stopped).
+app.conf.beat_schedule["runs-reap-stale"] = {
+    "task": "workers.runs_reap_stale",
     "schedule": 60.0,
     "options": {"expires": 60.0},
 }

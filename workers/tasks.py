@@ -13,3 +13,12 @@ def ping() -> dict:
         cursor.execute("SELECT 1")
         (one,) = cursor.fetchone()
     return {"pong": True, "db": one == 1}
+
+
+@shared_task(name="workers.runs_reap_stale", soft_time_limit=60, time_limit=90)
+def runs_reap_stale_task() -> dict[str, int]:
+    """Fail the running runs of every kind, in every app, whose heartbeat went silent
+    (``STALE_AFTER_S``); how many of each."""
+    from core.lifecycle import reaped_models, runs_reap_stale
+
+    return {model.__name__: runs_reap_stale(model) for model in reaped_models()}

@@ -12,7 +12,7 @@ from deployments.models import Deployment, DeploymentEvent, ModelRoute, Reconcil
 
 def deployment_list(*, include_deleted: bool = False, status: str | None = None) -> QuerySet[Deployment]:
     """Deployments for the list page and the API, with what they display joined in."""
-    qs = Deployment.objects.select_related("model_version__model", "gpu_type")
+    qs = Deployment.objects.filter(rehearsal=False).select_related("model_version__model", "gpu_type")
     if not include_deleted:
         qs = qs.live()
     if status:
@@ -58,9 +58,11 @@ def routing_table() -> dict:
     targets = RouteTarget.objects.select_related("deployment__model_version__model").filter(
         deployment__deleted_at__isnull=True
     )
-    routes = ModelRoute.objects.prefetch_related(
-        Prefetch("targets", queryset=targets), "allowed_tenants"
-    ).order_by("public_name")
+    routes = (
+        ModelRoute.objects.filter(rehearsal=False)  # a rehearsal's route exists only in its simulation
+        .prefetch_related(Prefetch("targets", queryset=targets), "allowed_tenants")
+        .order_by("public_name")
+    )
     for route in routes:
         tenant_ids = sorted(t.pk for t in route.allowed_tenants.all())
         table[route.public_name] = {

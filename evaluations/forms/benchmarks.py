@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from catalog.selectors import gpu_type_list, model_version_list
+from core.runs import RunStatus
 from evaluations.constants import (
     MAX_CONCURRENCY,
     MAX_PREFIX_GROUPS,
@@ -17,7 +18,6 @@ from evaluations.constants import (
     Api,
     RunKind,
     RunMode,
-    RunStatus,
     TargetKind,
 )
 from evaluations.forms.common import small_bootstrap

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.urls import reverse
 
+from core.runs import Run
 from evaluations.constants import Api, RunKind, RunMode, TargetKind
-from evaluations.models.runs import Run
 
 
 class BenchmarkRun(Run):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from core.runs import Run
 from evaluations.models.append_only import APPEND_ONLY_KEEP_USERS
-from evaluations.models.runs import Run
 
 
 class CapacityPlan(Run):

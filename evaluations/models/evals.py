@@ -6,9 +6,9 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
+from core.runs import Run
 from evaluations.constants import EvidenceLabel
 from evaluations.models.append_only import APPEND_ONLY_KEEP_USERS
-from evaluations.models.runs import Run
 
 
 class EvalSuite(models.Model):

@@ -6,11 +6,11 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
+from core.runs import Run
 from evaluations.constants import EvidenceLabel, GateKind, GateMode, GateRunStatus, Verdict
 from evaluations.models.append_only import APPEND_ONLY, APPEND_ONLY_KEEP_USERS
 from evaluations.models.benchmarks import BenchmarkRun
 from evaluations.models.evals import EvalRun
-from evaluations.models.runs import Run
 
 
 class GatePolicy(models.Model):

@@ -18,6 +18,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record
+from core.lifecycle import Heartbeat, run_cancel, run_claim, run_fail, run_finish, run_report
+from core.runs import RunStatus
 from engines.workload import Workload
 from evaluations import schemas
 from evaluations.constants import (
@@ -31,10 +33,8 @@ from evaluations.constants import (
     MAX_TOKENS_PER_REQUEST,
     RunKind,
     RunMode,
-    RunStatus,
     TargetKind,
 )
-from evaluations.lifecycle import Heartbeat, run_cancel, run_claim, run_fail, run_finish, run_report
 from evaluations.models import BenchmarkRun
 from evaluations.reports import build_results
 from evaluations.schemas import schema_check

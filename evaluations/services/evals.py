@@ -16,6 +16,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from audit.services import audit_record
+from core.lifecycle import Heartbeat, run_cancel, run_claim, run_fail, run_finish, run_report
+from core.runs import RunStatus
 from evalkit import builtin, stats
 from evalkit.cases import Case
 from evalkit.runner import CaseResult, run_cases
@@ -26,9 +28,7 @@ from evaluations.constants import (
     EVAL_MAX_CONCURRENCY,
     MAX_SUITE_BYTES,
     EvidenceLabel,
-    RunStatus,
 )
-from evaluations.lifecycle import Heartbeat, run_cancel, run_claim, run_fail, run_finish, run_report
 from evaluations.models import EvalCaseResult, EvalRun, EvalSuite, EvalSuiteVersion
 from events.services import emit
 

@@ -20,6 +20,8 @@ from django.utils import timezone
 from audit.services import audit_record
 from catalog.selectors import model_serving_version
 from catalog.services import model_version_memory_estimates
+from core.lifecycle import Heartbeat, run_claim, run_finish, run_report
+from core.runs import RunStatus
 from deployments.selectors import (
     deployment_failures_between,
     deployment_for_version,
@@ -38,10 +40,8 @@ from evaluations.constants import (
     GateRunStatus,
     RunKind,
     RunMode,
-    RunStatus,
     Verdict,
 )
-from evaluations.lifecycle import Heartbeat, run_claim, run_finish, run_report
 from evaluations.models import BenchmarkRun, EvalRun, EvalSuite, GateDecision, GatePolicy, GateRun
 from evaluations.schemas import schema_check
 from evaluations.selectors.gates import gate_policy_current

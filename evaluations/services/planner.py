@@ -24,10 +24,10 @@ from django.db import transaction
 
 from catalog.selectors import gpu_cost_in_force, gpu_type_find, model_version_find
 from catalog.services import gpu_hourly_cost, memory_estimate
+from core.lifecycle import run_claim, run_fail, run_finish, run_report
 from engines.scheduler import EngineConfig
 from engines.sim import SimConfig
 from engines.workload import Workload, lognormal, poisson
-from evaluations.lifecycle import run_claim, run_fail, run_finish, run_report
 from evaluations.models import BenchmarkRun, CapacityPlan
 from evaluations.services.calibrations import prediction_basis
 from events.services import emit

@@ -124,7 +124,7 @@ def test_a_gate_run_whose_worker_died_is_reaped_to_error(policy, candidate, admi
 
     from django.utils import timezone
 
-    from evaluations.lifecycle import runs_reap_stale
+    from core.lifecycle import runs_reap_stale
     from evaluations.models import GateRun
 
     run = gate_run_start(version=candidate, actor=admin_user, enqueue=False)

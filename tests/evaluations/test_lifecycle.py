@@ -9,8 +9,7 @@ import pytest
 from celery.exceptions import TimeLimitExceeded
 from django.utils import timezone
 
-from evaluations import tasks
-from evaluations.lifecycle import (
+from core.lifecycle import (
     reaped_models,
     run_cancel,
     run_claim,
@@ -18,10 +17,13 @@ from evaluations.lifecycle import (
     run_finish,
     run_report,
 )
+from evaluations import tasks
 from evaluations.models import BenchmarkRun, CapacityPlan, EvalRun, GateRun
 from evaluations.services.gates import gate_run_start
+from operations.models import RehearsalRun
 from tests.evaluations.factories import BenchmarkRunFactory
 from tests.factories import ModelVersionFactory
+from workers.tasks import runs_reap_stale_task
 
 pytestmark = pytest.mark.django_db
 
@@ -84,7 +86,7 @@ def test_cancelling_stops_the_next_report_and_runs_without_a_cancel_refuse_it(ru
 
 
 def test_the_reaper_fails_every_kind_of_run_whose_heartbeat_stopped(runs, candidate, admin_user):
-    assert set(reaped_models()) == {BenchmarkRun, EvalRun, GateRun, CapacityPlan}
+    assert set(reaped_models()) == {BenchmarkRun, EvalRun, GateRun, CapacityPlan, RehearsalRun}
     old = timezone.now() - timedelta(minutes=5)
     for kind in ("benchmark", "eval", "gate"):
         type(runs[kind]).objects.filter(pk=runs[kind].pk).update(status="running", heartbeat_at=old)
@@ -94,9 +96,9 @@ def test_the_reaper_fails_every_kind_of_run_whose_heartbeat_stopped(runs, candid
         actor=admin_user,
         enqueue=False,
     )
-    reaped = tasks.runs_reap_stale_task()
-    assert reaped == {"BenchmarkRun": 1, "EvalRun": 1, "GateRun": 1, "CapacityPlan": 0}
-    assert set(tasks.runs_reap_stale_task().values()) == {0}
+    reaped = runs_reap_stale_task()
+    assert reaped == {"BenchmarkRun": 1, "EvalRun": 1, "GateRun": 1, "CapacityPlan": 0, "RehearsalRun": 0}
+    assert set(runs_reap_stale_task().values()) == {0}
     for run in (*runs.values(), alive, queued):
         run.refresh_from_db()
     assert runs["benchmark"].error.endswith("the worker running this benchmark died.")
@@ -115,10 +117,10 @@ def test_a_plan_is_reaped_only_once_it_ran_past_its_tasks_hard_time_limit(runs):
     assert limit < CapacityPlan.STALE_AFTER_S
     busy = timezone.now() - timedelta(minutes=5)
     CapacityPlan.objects.filter(pk=plan.pk).update(heartbeat_at=busy)
-    assert tasks.runs_reap_stale_task()["CapacityPlan"] == 0
+    assert runs_reap_stale_task()["CapacityPlan"] == 0
     dead = timezone.now() - timedelta(seconds=CapacityPlan.STALE_AFTER_S + 1)
     CapacityPlan.objects.filter(pk=plan.pk).update(heartbeat_at=dead)
-    assert tasks.runs_reap_stale_task()["CapacityPlan"] == 1
+    assert runs_reap_stale_task()["CapacityPlan"] == 1
     plan.refresh_from_db()
     assert plan.status == "failed" and plan.error.endswith("the worker running this plan died.")
     assert plan.finished_at is not None and plan.started_at is not None

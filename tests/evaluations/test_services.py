@@ -214,7 +214,7 @@ def test_running_run_without_heartbeat_is_failed_by_the_reaper(admin_user):
 
     from django.utils import timezone
 
-    from evaluations.lifecycle import runs_reap_stale
+    from core.lifecycle import runs_reap_stale
 
     alive = _create(admin_user, base_url="http://127.0.0.1:9/v1")
     dead = _create(admin_user, base_url="http://127.0.0.1:9/v1")

@@ -8,10 +8,9 @@ import datetime as dt
 
 import pytest
 
-from benchmarks.incidents import rehearsal_setup
 from engines.rehearsal import SCENARIOS, scenario
 from operations.models import Incident, Mitigation
-from operations.rehearsals import rehearsal_run
+from operations.rehearsals import rehearsal_run, rehearsal_setup
 
 # Committed transactions: the breach reactions run after commit, as in production.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]  # a minute of simulation each
@@ -21,7 +20,7 @@ START = dt.datetime(2026, 3, 2, 9, 0, tzinfo=dt.UTC)
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_each_rehearsal_is_detected_and_diagnosed_as_its_cause(name):
     sc = scenario(name, fault_at_s=240, fault_for_s=60)
-    route, deps, tenants = rehearsal_setup(name, sc, window_scale=0.01)
+    route, deps, tenants = rehearsal_setup(f"rehearsal-{name}", sc, actor="system:test")
     r = rehearsal_run(
         scenario=sc, route=route, deployments=deps, tenants=tenants, start=START, duration_s=300
     )
@@ -37,7 +36,7 @@ def test_each_rehearsal_is_detected_and_diagnosed_as_its_cause(name):
 
 def test_the_playbook_drains_a_lost_replica_and_gives_the_weight_back_once_the_slos_held():
     sc = scenario("lost_replica", fault_at_s=240, fault_for_s=30)
-    route, deps, tenants = rehearsal_setup("lost_replica", sc, window_scale=0.01)
+    route, deps, tenants = rehearsal_setup("rehearsal-lost", sc, actor="system:test")
     r = rehearsal_run(
         scenario=sc, route=route, deployments=deps, tenants=tenants, start=START, duration_s=600
     )

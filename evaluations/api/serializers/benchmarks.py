@@ -7,8 +7,9 @@ from rest_framework import serializers
 
 from catalog.selectors import gpu_type_list, model_version_list
 from core.jsonschemas import openapi_30
+from core.runs import RunStatus
 from deployments.selectors import deployment_list
-from evaluations.constants import DEFAULT_SLA, DEFAULT_WORKLOAD, Api, RunKind, RunMode, RunStatus, TargetKind
+from evaluations.constants import DEFAULT_SLA, DEFAULT_WORKLOAD, Api, RunKind, RunMode, TargetKind
 from evaluations.models import BenchmarkRun
 from evaluations.schemas import SLA, STAGE, WORKLOAD
 

@@ -1,4 +1,5 @@
-"""One lifecycle for every kind of run: benchmark, eval, gate and planner runs (ADR 0027).
+"""One lifecycle for every kind of run: benchmark, eval, gate and planner runs, and incident
+rehearsals (ADR 0027).
 
     queued ──claim──▶ running ──finish──▶ succeeded   (gate runs and plans: "done")
       │                  ├──────fail────▶ failed      (gate runs: "error")
@@ -26,7 +27,7 @@ from django.apps import apps
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from evaluations.models.runs import Run
+from core.runs import Run
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +90,11 @@ def run_cancel(model: type[Run], *, pk: int, actor) -> bool:
 
 
 def reaped_models() -> list[type[Run]]:
-    """Every kind of run: each keeps a heartbeat (a capacity plan's is written once, when claimed)."""
+    """Every kind of run in every app: each keeps a heartbeat (a capacity plan's is written once,
+    when claimed)."""
     return [
         m
-        for m in apps.get_app_config("evaluations").get_models()
+        for m in apps.get_models()
         if issubclass(m, Run) and "heartbeat_at" in {f.name for f in m._meta.concrete_fields}
     ]
 

@@ -2,7 +2,7 @@
 
 Benchmark, eval, gate and planner runs are rows that the console polls while a worker does long
 work. Their status, progress, error, heartbeat and timestamps are the same columns with the same
-meaning, declared once here and moved only by ``evaluations.lifecycle`` (ADR 0027). A kind of run
+meaning, declared once here and moved only by ``core.lifecycle`` (ADR 0027). A kind of run
 that words a state differently says so in its class attributes (a gate run ends ``done`` or
 ``error``), and one that lacks a column removes that field with ``= None`` (a capacity plan has no
 heartbeat): the lifecycle writes only the columns a model has, so no table changed shape.
@@ -14,7 +14,13 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator
 from django.db import models
 
-from evaluations.constants import RunStatus
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
 
 
 class Run(models.Model):
