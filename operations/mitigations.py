@@ -22,9 +22,10 @@ from django.utils import timezone
 from audit.services import audit_record, audit_save, snapshot
 from billing.selectors.keys import LIMIT_FIELDS, tenant_get, tenant_limits_of
 from billing.services.keys import tenant_limits_set
+from deployments.constants import Pool
 from deployments.rollouts.selectors import rollout_get, rollout_list
 from deployments.rollouts.services import rollout_pause, rollout_resume
-from deployments.services import deployment_scale, route_weights_set
+from deployments.services import deployment_scale, model_route_save, route_weights_set
 from notify.services import notify_oncall
 from operations import playbooks
 from operations.models import (
@@ -124,10 +125,12 @@ def route_state(route, policy: PlaybookPolicy, diagnosis: dict) -> dict:
         if d.is_deleted:
             continue
         targets[d.slug] = {"weight": t.weight, "num_replicas": d.num_replicas, "scaling_mode": d.scaling_mode,
-                           "max_model_len": d.max_model_len or d.model_version.model.max_context}  # fmt: skip
+                           "max_model_len": d.max_model_len or d.model_version.model.max_context, "pool": d.pool,
+                           "parameters": d.model_version.model.parameter_count}  # fmt: skip
     rollout = rollout_list(route=route).filter(phase="progressing").first()
     return {
         "targets": targets,
+        "route": {"long_context_threshold": route.long_context_threshold_tokens},
         "rollout": {"id": rollout.pk, "phase": rollout.phase} if rollout else None,
         "limits": tenant_limits_of(tenant_ids=(diagnosis.get("tenants") or {}).keys()),
         "policy": {f: getattr(policy, f) for f in POLICY_FIELDS[1:]},
@@ -135,7 +138,8 @@ def route_state(route, policy: PlaybookPolicy, diagnosis: dict) -> dict:
 
 
 def _acts_on(kind: str, params: dict) -> tuple:
-    """What an action changes: a deployment's weight or replicas, a tenant's limit, a rollout."""
+    """What an action changes: a deployment's weight or replicas, a tenant's limit, a rollout, or (none of
+    those) the route's long-context threshold."""
     thing = params.get("deployment") or params.get("rollout_id") or params.get("tenant_id")
     return kind, thing
 
@@ -213,6 +217,21 @@ def _execute(m: Mitigation, route, actor, reason: str, policy: PlaybookPolicy) -
                                   "leave the route with none.")  # fmt: skip
         route_weights_set(route=route, weights={t.deployment: int(p["weight"])}, actor=actor, reason=reason)
         return {"weight": t.weight}
+    if m.kind == "isolate_long_prompts":
+        value = int(p["threshold"])
+        pool = [t.deployment for t in route.targets.select_related("deployment__model_version__model")
+                if t.deployment.pool == Pool.LONG_CONTEXT and t.weight > 0 and not t.deployment.is_deleted]  # fmt: skip
+        if not pool:
+            raise ValidationError(f"{route.public_name} has no long-context deployment with weight: there is "
+                                  "nowhere to send long prompts.")  # fmt: skip
+        context = min(d.max_model_len or d.model_version.model.max_context for d in pool)
+        if not 1 <= value < context:
+            raise ValidationError(f"A long-context threshold of {value} tokens must be between 1 and the pool's "
+                                  f"context ({context}).")  # fmt: skip
+        before = route.long_context_threshold_tokens
+        route.long_context_threshold_tokens = value
+        model_route_save(route=route, actor=actor, reason=reason)
+        return {"threshold": before}
     if m.kind == "add_replicas":
         d = _target(route, p["deployment"]).deployment
         if int(p["num_replicas"]) - d.num_replicas > policy.max_extra_replicas:
@@ -251,6 +270,13 @@ def _undo(m: Mitigation, route, actor, reason: str) -> str:
             return "left as it is: the weight was changed since"
         route_weights_set(route=route, weights={t.deployment: int(u["weight"])}, actor=actor, reason=reason)
         return f"{p['deployment']}'s weight back to {u['weight']}"
+    if m.kind == "isolate_long_prompts":
+        route.refresh_from_db(fields=["long_context_threshold_tokens"])
+        if route.long_context_threshold_tokens != int(p["threshold"]):
+            return "left as it is: the route's long-context threshold was changed since"
+        route.long_context_threshold_tokens = u["threshold"]
+        model_route_save(route=route, actor=actor, reason=reason)
+        return f"the route's long-context threshold back to {u['threshold'] or 'none'}"
     if m.kind == "add_replicas":
         t = route.targets.select_related("deployment").filter(deployment__slug=p["deployment"]).first()
         if t is None or t.deployment.num_replicas != int(p["num_replicas"]):

@@ -131,9 +131,12 @@ def suggest(diagnosis: dict) -> list[dict]:
 
 # --- actions: what a playbook can change, through the same services a person uses -------------------
 
+LONG_POOL = "long-context"  # the pool the gateway sends prompts over a route's threshold to
+
 ACTIONS = {
     "pause_rollout": "Pause the route's rollout",
-    "shift_weight": "Shift the route's weight away from a deployment",
+    "shift_weight": "Shift the route's weight away from a deployment (to the others, or to a smaller model's)",
+    "isolate_long_prompts": "Send long prompts to the route's long-context pool",
     "add_replicas": "Add a replica to a deployment",
     "rate_limit": "Rate-limit a tenant",
     "cap_input_tokens": "Cap a tenant's prompt tokens",
@@ -174,7 +177,8 @@ def plan(diagnosis: dict, state: dict) -> list[dict]:
     """Concrete actions for a diagnosis, in the order to apply them, within the route's policy.
 
     ``state`` (plain data, built by ``operations.mitigations``): ``targets`` {slug: {weight,
-    num_replicas, scaling_mode, max_model_len}}, ``rollout`` ({id, phase} or None), ``limits``
+    num_replicas, scaling_mode, max_model_len, and optionally pool and parameters (the model's
+    parameter count)}}, ``route`` ({long_context_threshold}), ``rollout`` ({id, phase} or None), ``limits``
     {tenant id: the tenant's four limits}, ``policy`` (allowed ``actions``, ``min_rpm``,
     ``min_input_tokens``, ``min_output_tokens``, ``max_extra_replicas``). Returns dicts with
     ``kind``, ``params``, ``summary`` and ``why``; nothing when no cause was named.
@@ -186,6 +190,7 @@ def plan(diagnosis: dict, state: dict) -> list[dict]:
         return []
     policy, targets, limits = state["policy"], state["targets"], state.get("limits", {})
     tenants = diagnosis.get("tenants") or {}
+    allowed = set(policy.get("actions") or ACTIONS)
     actions: list[dict] = []
 
     def add(kind: str, params: dict, summary: str, why: str) -> None:
@@ -231,6 +236,34 @@ def plan(diagnosis: dict, state: dict) -> list[dict]:
                     f"Cap {r.get('name') or 'tenant ' + tenant}'s {field.replace('_', ' ')} at {value} (its {key.replace('_', ' ')}: "
                     f"{r[key]:g})", why)  # fmt: skip
 
+    def isolate(base, why: str) -> bool:
+        """Prompts over twice the route's usual long prompt go to its long-context pool, when it has
+        one with weight: nobody is refused, and short prompts stop queueing behind long prefills."""
+        pool = sorted(d for d, t in targets.items() if t.get("pool") == LONG_POOL and t["weight"] > 0)
+        if not pool or "isolate_long_prompts" not in allowed:
+            return False
+        threshold = max(policy["min_input_tokens"], int(2 * (base or 0)))
+        context = min(targets[d]["max_model_len"] for d in pool)
+        current = (state.get("route") or {}).get("long_context_threshold")
+        if threshold < context and (not current or threshold < current):
+            add("isolate_long_prompts", {"threshold": threshold},
+                f"Send prompts over {threshold} tokens to {', '.join(pool)} (the long-context pool)"
+                + (f"; the threshold was {current}" if current else ""), why)  # fmt: skip
+        return True
+
+    def lighten(pressed: list[str], why: str) -> None:
+        """Halve a pressed deployment's weight where the route has a smaller model's deployment that
+        is not pressed: the smaller model takes the larger share (more KV room, faster steps)."""
+        size = {d: t.get("parameters") or 0 for d, t in targets.items()}
+        for dep in pressed:
+            smaller = [d for d, t in targets.items() if d not in pressed and t["weight"] > 0
+                       and t.get("pool") != LONG_POOL and 0 < size[d] < size[dep]]  # fmt: skip
+            w = targets[dep]["weight"]
+            if smaller and w >= 2:
+                add("shift_weight", {"deployment": dep, "weight": w // 2},
+                    f"Halve {dep}'s weight ({w} → {w // 2}) so that {', '.join(sorted(smaller))} (a smaller model) "
+                    "takes a larger share", why)  # fmt: skip
+
     worst = _worst(diagnosis, cause)
     if worst == NO_DEPLOYMENT:
         worst = None
@@ -241,8 +274,9 @@ def plan(diagnosis: dict, state: dict) -> list[dict]:
               if cause == "deployment_regression" else f"{worst} is {what}")  # fmt: skip
     elif cause == "long_prompts":
         base = (_branch(diagnosis, "long_prompts").get("evidence") or {}).get("baseline_p90_prompt_tokens")
-        cap("cap_input_tokens", "p90_prompt_tokens", "baseline_p90_prompt_tokens", PROMPT_RATIO, base,
-            policy["min_input_tokens"], "long prompts saturate prefill for everyone")  # fmt: skip
+        if not isolate(base, "long prompts saturate prefill for everyone; an isolated pool takes them"):
+            cap("cap_input_tokens", "p90_prompt_tokens", "baseline_p90_prompt_tokens", PROMPT_RATIO, base,
+                policy["min_input_tokens"], "long prompts saturate prefill for everyone")  # fmt: skip
     elif cause in ("longer_outputs", "kv_pressure"):
         base = (_branch(diagnosis, "longer_outputs").get("evidence") or {}).get(
             "baseline_median_output_tokens"
@@ -250,15 +284,16 @@ def plan(diagnosis: dict, state: dict) -> list[dict]:
         cap("cap_output_tokens", "median_output_tokens", "baseline_median_output_tokens", OUTPUT_RATIO, base,
             policy["min_output_tokens"], "longer outputs fill the batch and the KV cache")  # fmt: skip
         if cause == "kv_pressure":
-            for dep in _pressed(diagnosis, "kv_pressure", targets):
+            pressed = _pressed(diagnosis, "kv_pressure", targets)
+            lighten(pressed, "the KV cache is full and preempts: a smaller model needs less KV per request")
+            for dep in pressed:
                 scale(dep, "the KV cache is full and preempts: more replicas, more KV cache")
     elif cause in ("load_surge", "queue_vs_prefill"):
         rate_limit("stop the bleeding: the surge queues everyone else's requests")
-        for dep in _pressed(diagnosis, "queue_vs_prefill", targets) or [
-            d for d in targets if targets[d]["weight"] > 0
-        ]:
+        pressed = _pressed(diagnosis, "queue_vs_prefill", targets)
+        lighten(pressed, "requests wait in the engine's queue: a smaller model serves more of them")
+        for dep in pressed or [d for d in targets if targets[d]["weight"] > 0]:
             scale(dep, "requests wait in the engine's queue: more capacity")
     elif cause in ("prefix_cache_collapse", "recent_change"):
         pause("a change just before the breach is the likeliest trigger")
-    allowed = set(policy.get("actions") or ACTIONS)
     return [a for a in actions if a["kind"] in allowed]

@@ -39,8 +39,18 @@ from engines.rehearsal import SCENARIOS, Controls, Rehearsal, Scenario, metrics_
 from events.services import emit
 from operations import engine_metrics
 from operations.mitigations import mitigation_revert, mitigations_review, playbook_policy_set
-from operations.models import EngineSample, Incident, Mitigation, RehearsalRun, Slo, SloState
+from operations.models import (
+    EngineSample,
+    Incident,
+    IncidentEntry,
+    Mitigation,
+    RehearsalRun,
+    Slo,
+    SloBreach,
+    SloState,
+)
 from operations.services import slo_create, slo_evaluate
+from operations.timeline import entry_add
 
 ACTOR = "rehearsal"
 # The SRE workbook's windows scaled down (the 1 h / 5 min page windows become 36 s / 3 s), so that
@@ -107,6 +117,21 @@ def _enqueue(run_id: int) -> None:
     rehearsal_execute_task.delay(run_id)
 
 
+def _close(route, *, at: dt.datetime) -> None:
+    """The rehearsal ended: nothing it set stays applied, nothing it opened stays open, and its SLOs
+    stop (the beat never evaluates them; left active, they would read as burning for ever)."""
+    for m in Mitigation.objects.filter(incident__route=route, state=Mitigation.State.APPLIED):
+        mitigation_revert(mitigation=m, actor=ACTOR, reason="the rehearsal ended", now=at)
+    with transaction.atomic():
+        SloBreach.objects.filter(slo__route=route, ended_at__isnull=True).update(ended_at=at)
+        Slo.objects.filter(route=route).update(is_active=False)
+        for incident in Incident.objects.select_for_update().filter(route=route, status=Incident.Status.OPEN):
+            incident.status, incident.resolved_at = Incident.Status.RESOLVED, at
+            incident.save(update_fields=["status", "resolved_at"])
+            entry_add(incident_id=incident.pk, kind=IncidentEntry.Kind.RESOLVED, at=at, source="rehearsal-ended",
+                      text="The rehearsal ended (its fault and its traffic with it)")  # fmt: skip
+
+
 def rehearsal_execute(*, run_id: int) -> RehearsalRun:
     """Run a queued console rehearsal to its end (a no-op when it is not queued any more). Its
     virtual clock ends now; whatever the playbook still has applied at the end is reverted."""
@@ -129,8 +154,7 @@ def rehearsal_execute(*, run_id: int) -> RehearsalRun:
 
         result = rehearsal_run(scenario=sc, route=route, deployments=deps, tenants=tenants, start=start,
                                duration_s=run.virtual_s, progress=progress)  # fmt: skip
-        for m in Mitigation.objects.filter(incident__route=route, state=Mitigation.State.APPLIED):
-            mitigation_revert(mitigation=m, actor=ACTOR, reason="the rehearsal ended", now=end)
+        _close(route, at=end)
     except Exception as exc:
         run_fail(RehearsalRun, pk=run.pk, error=f"{type(exc).__name__}: {exc}")
         raise

@@ -279,7 +279,13 @@ class RehearsalDetailView(ReadsEverythingRequiredMixin, View):
         run = get_object_or_404(RehearsalRun.objects.select_related("route", "incident", "created_by"), pk=pk)
         if request.GET.get("format") == "json":
             return JsonResponse(_rehearsal_json(run))
-        template = "operations/partials/rehearsal_progress.html" if request.GET.get("part") == "progress" else (
-            "operations/rehearsal_detail.html")  # fmt: skip
+        partial = request.GET.get("part") == "progress"
+        if partial and not run.is_active and request.headers.get("HX-Request"):
+            response = HttpResponse(status=204)
+            response["HX-Refresh"] = "true"  # it ended: the whole page shows the result
+            return response
+        template = (
+            "operations/partials/rehearsal_progress.html" if partial else "operations/rehearsal_detail.html"
+        )
         sc = SCENARIOS.get(run.scenario)
         return render(request, template, {"run": run, "scenario": sc, "r": run.result or {}})

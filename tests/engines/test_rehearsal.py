@@ -67,6 +67,27 @@ def test_the_controls_shape_the_traffic_as_the_gateway_would():
     assert all(r["status"] == "ok" for r in globex if r["prompt_tokens"] <= 500)
 
 
+def test_long_prompts_go_to_the_long_context_pool_once_the_route_has_a_threshold():
+    """As ``gateway.router`` routes: the pool is idle without a threshold, takes every prompt over it
+    with one, and the short prompts' first tokens come back once the long prefills left their pool."""
+    sc = scenario("long_prompt_flood", fault_at_s=0, fault_for_s=600, long_pool=("long",))
+    weights = {"a": 50, "b": 50, "long": 50}
+    plain = Controls(weights=weights, long_pool=frozenset({"long"}))
+    isolated = Controls(weights=weights, long_pool=frozenset({"long"}), long_threshold=2000)
+    before, _ = Rehearsal(sc, seed=3).tick(40, 80, plain)
+    after, _ = Rehearsal(sc, seed=3).tick(40, 80, isolated)
+    assert "long" not in {r["deployment"] for r in before}
+    assert {r["deployment"] for r in after if r["prompt_tokens"] > 2000} == {"long"}
+    assert {r["deployment"] for r in after if r["prompt_tokens"] <= 2000} == {"a", "b"}
+
+    def short_ttft(recs):
+        return float(
+            np.median([r["ttft_ms"] for r in recs if r["status"] == "ok" and r["prompt_tokens"] <= 2000])
+        )
+
+    assert short_ttft(after) < short_ttft(before) / 2, (short_ttft(before), short_ttft(after))
+
+
 def test_the_metrics_read_back_through_the_scrapers_parser():
     _, metrics = _run("kv_exhaustion", 60, 70)
     values = parse(metrics_text(metrics["a"]))

@@ -322,3 +322,114 @@ def test_the_plan_rate_limits_the_surging_tenant_at_the_floor_or_its_own_baselin
         ("rate_limit", {"tenant_id": 1, "rpm_limit": 120}),  # 1.2 × its baseline
         ("add_replicas", {"deployment": "a", "num_replicas": 3}),
     ]  # tenant 3 already has a tighter limit (50) than the floor (60); tenant 2 did not surge
+
+
+def test_long_prompts_go_to_the_long_context_pool_where_the_route_has_one_and_come_back_after(
+    two_deployments, tenant, other_tenant, admin_user
+):
+    """Isolation before refusal: with a long-context deployment on the route, the playbook sets the
+    route's threshold (no tenant is capped), the gateway's routing table carries it, and undoing it
+    restores the route as it was."""
+    from deployments.selectors import routing_table
+
+    route, a, b = two_deployments
+    long = DeploymentFactory(slug="sim-long", pool="long-context")
+    RouteTarget.objects.create(route=route, deployment=long, weight=10)
+    playbook_policy_set(route=route, actor=admin_user, mode="auto", min_input_tokens=512)
+    rows = [_req(route, (tenant, other_tenant)[s % 2], a, at=NOW - dt.timedelta(seconds=250 - s), prompt=300)
+            for s in range(240)]  # fmt: skip
+    for s in range(10):
+        at = NOW - dt.timedelta(seconds=10 - s)
+        rows += [_req(route, other_tenant, a, at=at, prompt=6000, ttft=3000),
+                 _req(route, tenant, a, at=at, prompt=300, ttft=2000)]  # fmt: skip
+    _slo, incident = _breach(route, admin_user, rows)
+    assert incident.diagnosis["cause"] == "long_prompts"
+    m = Mitigation.objects.get(incident=incident)
+    assert (m.kind, m.params, m.state) == ("isolate_long_prompts", {"threshold": 600}, "applied")
+    assert "sim-long" in m.summary
+    route.refresh_from_db()
+    assert route.long_context_threshold_tokens == 600
+    assert routing_table()["sim-llama"]["long_context_threshold"] == 600
+    assert not TenantLimits.objects.filter(max_input_tokens__gt=0).exists()  # nobody refused
+    assert AuditEvent.objects.filter(action="modelroute.update", actor="playbook").exists()
+    mitigation_revert(mitigation=m, actor="playbook", reason="test")
+    route.refresh_from_db()
+    assert route.long_context_threshold_tokens is None
+    assert "threshold back to none" in Mitigation.objects.get(pk=m.pk).outcome
+
+
+def test_isolation_is_refused_on_a_route_without_a_long_context_pool_and_not_undone_over_a_person(
+    two_deployments, tenant, admin_user
+):
+    from deployments.services import model_route_save
+
+    route, a, b = two_deployments
+    playbook_policy_set(route=route, actor=admin_user, mode="approve")
+    _slo, incident = _breach(route, admin_user, _regression(route, tenant, a, b))
+    m = Mitigation.objects.create(incident=incident, kind="isolate_long_prompts", params={"threshold": 2000},
+                                  summary="isolate", mode="approve", proposed_at=NOW)  # fmt: skip
+    m = mitigation_apply(mitigation=m, actor=admin_user, now=NOW)
+    assert m.state == "failed" and "no long-context deployment" in m.outcome
+    route.refresh_from_db()
+    assert route.long_context_threshold_tokens is None
+
+    long = DeploymentFactory(slug="sim-long", pool="long-context")
+    RouteTarget.objects.create(route=route, deployment=long, weight=10)
+    m2 = Mitigation.objects.create(incident=incident, kind="isolate_long_prompts", params={"threshold": 99999},
+                                   summary="isolate", mode="approve", proposed_at=NOW)  # fmt: skip
+    assert (
+        "between 1 and the pool's context"
+        in mitigation_apply(mitigation=m2, actor=admin_user, now=NOW).outcome
+    )
+    m3 = Mitigation.objects.create(incident=incident, kind="isolate_long_prompts", params={"threshold": 1500},
+                                   summary="isolate", mode="approve", proposed_at=NOW)  # fmt: skip
+    assert mitigation_apply(mitigation=m3, actor=admin_user, now=NOW).state == "applied"
+    route.refresh_from_db()
+    route.long_context_threshold_tokens = 3000  # a person changes it meanwhile
+    model_route_save(route=route, actor=admin_user, reason="by hand")
+    m3 = mitigation_revert(mitigation=m3, actor="playbook", reason="test")
+    assert "was changed since" in m3.outcome
+    route.refresh_from_db()
+    assert route.long_context_threshold_tokens == 3000
+
+
+def _targets(**extra):
+    base = {"weight": 50, "num_replicas": 1, "scaling_mode": "fixed", "max_model_len": 8192}
+    return {d: {**base, **extra.get(d, {})} for d in extra}
+
+
+def test_the_plan_isolates_long_prompts_where_a_long_pool_has_weight_and_caps_them_otherwise():
+    diag = _diag("long_prompts", baseline_p90_prompt_tokens=700,
+                 tenants={"4": {"p90_prompt_tokens": 7000.0, "baseline_p90_prompt_tokens": 700.0}})  # fmt: skip
+    targets = _targets(a={}, long={"pool": "long-context", "weight": 10, "max_model_len": 131072})
+    state = {"targets": targets, "rollout": None, "policy": POLICY, "route": {"long_context_threshold": None}}
+    assert [(a["kind"], a["params"]) for a in playbooks.plan(diag, state)] == [
+        ("isolate_long_prompts", {"threshold": 1400})  # twice the usual p90 prompt, over the floor
+    ]
+    state["route"] = {"long_context_threshold": 1000}  # already isolating below that: nothing to tighten
+    assert playbooks.plan(diag, state) == []
+    for no_pool in (
+        {**state, "targets": _targets(a={}, long={"pool": "long-context", "weight": 0})},  # no weight
+        {**state, "policy": {**POLICY, "actions": ["cap_input_tokens"]}},  # not allowed by the policy
+    ):
+        assert [(a["kind"], a["params"]) for a in playbooks.plan(diag, no_pool)] == [
+            ("cap_input_tokens", {"tenant_id": 4, "max_input_tokens": 1400})
+        ]
+
+
+def test_the_plan_shifts_weight_to_a_smaller_models_deployment_when_the_kv_cache_is_full():
+    diag = _diag("kv_pressure", deployments={"big": {"kv_usage": 0.99, "preemptions_per_s": 2.0},
+                                              "small": {"kv_usage": 0.4, "preemptions_per_s": 0.0}})  # fmt: skip
+    state = {"targets": _targets(big={"parameters": 70_000_000_000, "weight": 80},
+                                 small={"parameters": 8_000_000_000, "weight": 20}),
+             "rollout": None, "policy": POLICY}  # fmt: skip
+    actions = [(a["kind"], a["params"]) for a in playbooks.plan(diag, state)]
+    assert actions == [
+        ("shift_weight", {"deployment": "big", "weight": 40}),
+        ("add_replicas", {"deployment": "big", "num_replicas": 2}),
+    ]
+    same = {
+        **state,
+        "targets": _targets(big={"parameters": 8_000_000_000}, small={"parameters": 8_000_000_000}),
+    }
+    assert [a["kind"] for a in playbooks.plan(diag, same)] == ["add_replicas"]  # no smaller model to shift to

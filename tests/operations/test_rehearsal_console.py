@@ -17,7 +17,7 @@ from billing.models import UsageEvent
 from deployments.models import Deployment
 from deployments.selectors import deployment_list, routing_table
 from notify.models import Notification
-from operations.models import Incident, Mitigation, RehearsalRun, Slo
+from operations.models import Incident, Mitigation, RehearsalRun, Slo, SloBreach
 from operations.rehearsals import LENGTHS, rehearsal_start
 from operations.services import mitigations_review, slos_evaluate
 
@@ -114,9 +114,14 @@ def test_an_admin_rehearses_a_lost_replica_and_nothing_of_it_is_served_paged_or_
     assert usage.exists() and set(usage.values_list("gateway", flat=True)) == {"rehearsal"}
     assert set(usage.values_list("cost_nanos", flat=True)) == {0}
 
-    # The beat, in real time, leaves the rehearsal's SLOs and actions alone.
-    rehearsal_slos = set(Slo.objects.filter(route=run.route).values_list("pk", flat=True))
-    assert len(rehearsal_slos) == 3 and not rehearsal_slos & set(slos_evaluate())
+    # Nothing stays open after it: the incident is resolved at its end, its SLOs are stopped.
+    assert incident.status == "resolved" and incident.resolved_at is not None
+    assert not SloBreach.objects.filter(slo__route=run.route, ended_at__isnull=True).exists()
+    # The beat, in real time, leaves the rehearsal's SLOs and actions alone, active or not.
+    rehearsal_slos = set(Slo.objects.filter(route=run.route, is_active=False).values_list("pk", flat=True))
+    assert len(rehearsal_slos) == 3
+    Slo.objects.filter(pk__in=rehearsal_slos).update(is_active=True)
+    assert not rehearsal_slos & set(slos_evaluate())
     m = Mitigation.objects.filter(incident=incident).first()
     Mitigation.objects.filter(pk=m.pk).update(
         state="applied", expires_at=timezone.now() - dt.timedelta(hours=1)
