@@ -75,6 +75,18 @@ def _regression(route, tenant, a, b):
     return rows
 
 
+def _flood(route, tenant, other_tenant, a):
+    """Prompts of 300 tokens, then ``other_tenant`` floods 6,000-token prompts and everyone's first
+    token slows."""
+    rows = [_req(route, (tenant, other_tenant)[s % 2], a, at=NOW - dt.timedelta(seconds=250 - s), prompt=300)
+            for s in range(240)]  # fmt: skip
+    for s in range(10):
+        at = NOW - dt.timedelta(seconds=10 - s)
+        rows += [_req(route, other_tenant, a, at=at, prompt=6000, ttft=3000),
+                 _req(route, tenant, a, at=at, prompt=300, ttft=2000)]  # fmt: skip
+    return rows
+
+
 def _weights(route):
     return dict(RouteTarget.objects.filter(route=route).values_list("deployment__slug", "weight"))
 
@@ -203,13 +215,7 @@ def test_long_prompts_cap_the_flooding_tenant_and_the_cap_is_undone(
     route, a, b = two_deployments
     playbook_policy_set(route=route, actor=admin_user, mode="auto", min_input_tokens=512)
     TenantLimits.objects.create(tenant=other_tenant, rpm_limit=600)
-    rows = [_req(route, (tenant, other_tenant)[s % 2], a, at=NOW - dt.timedelta(seconds=250 - s), prompt=300)
-            for s in range(240)]  # fmt: skip
-    for s in range(10):  # the other tenant floods long prompts; everyone's first token slows
-        at = NOW - dt.timedelta(seconds=10 - s)
-        rows += [_req(route, other_tenant, a, at=at, prompt=6000, ttft=3000),
-                 _req(route, tenant, a, at=at, prompt=300, ttft=2000)]  # fmt: skip
-    _slo, incident = _breach(route, admin_user, rows)
+    _slo, incident = _breach(route, admin_user, _flood(route, tenant, other_tenant, a))
     assert incident.diagnosis["cause"] == "long_prompts"
     m = Mitigation.objects.get(incident=incident)
     assert m.kind == "cap_input_tokens" and m.params == {
@@ -336,13 +342,7 @@ def test_long_prompts_go_to_the_long_context_pool_where_the_route_has_one_and_co
     long = DeploymentFactory(slug="sim-long", pool="long-context")
     RouteTarget.objects.create(route=route, deployment=long, weight=10)
     playbook_policy_set(route=route, actor=admin_user, mode="auto", min_input_tokens=512)
-    rows = [_req(route, (tenant, other_tenant)[s % 2], a, at=NOW - dt.timedelta(seconds=250 - s), prompt=300)
-            for s in range(240)]  # fmt: skip
-    for s in range(10):
-        at = NOW - dt.timedelta(seconds=10 - s)
-        rows += [_req(route, other_tenant, a, at=at, prompt=6000, ttft=3000),
-                 _req(route, tenant, a, at=at, prompt=300, ttft=2000)]  # fmt: skip
-    _slo, incident = _breach(route, admin_user, rows)
+    _slo, incident = _breach(route, admin_user, _flood(route, tenant, other_tenant, a))
     assert incident.diagnosis["cause"] == "long_prompts"
     m = Mitigation.objects.get(incident=incident)
     assert (m.kind, m.params, m.state) == ("isolate_long_prompts", {"threshold": 600}, "applied")
