@@ -78,7 +78,7 @@ class ChecksField(serializers.JSONField):
 
 
 class RolloutCreateSerializer(serializers.Serializer):
-    route = serializers.PrimaryKeyRelatedField(queryset=ModelRoute.objects.all())
+    route = serializers.PrimaryKeyRelatedField(queryset=ModelRoute.objects.filter(rehearsal=False))
     stable = serializers.PrimaryKeyRelatedField(queryset=Deployment.objects.live())
     canary = serializers.PrimaryKeyRelatedField(queryset=Deployment.objects.live())
     template = serializers.ChoiceField(choices=sorted(TEMPLATES), required=False, allow_blank=True)

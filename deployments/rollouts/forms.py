@@ -30,7 +30,9 @@ class JsonListField(forms.CharField):
 
 
 class RolloutCreateForm(forms.Form):
-    route = forms.ModelChoiceField(queryset=ModelRoute.objects.order_by("public_name"))
+    route = forms.ModelChoiceField(
+        queryset=ModelRoute.objects.filter(rehearsal=False).order_by("public_name")
+    )
     stable = forms.ModelChoiceField(queryset=Deployment.objects.live(), help_text="Serves the route today.")
     canary = forms.ModelChoiceField(
         queryset=Deployment.objects.live(),

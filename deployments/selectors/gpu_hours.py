@@ -63,7 +63,8 @@ def deployment_gpu_spans(*, until: dt.datetime) -> tuple[dict[int, Deployment], 
     ``until`` or now, whichever is earlier.
     """
     end = min(until, dt.datetime.now(dt.UTC))
-    deployments = {d.pk: d for d in Deployment.objects.select_related("gpu_type")}
+    # A rehearsal's deployments are simulated: they never held a GPU.
+    deployments = {d.pk: d for d in Deployment.objects.filter(rehearsal=False).select_related("gpu_type")}
     events: dict[int, list[DeploymentEvent]] = defaultdict(list)
     for e in DeploymentEvent.objects.filter(kind=EventKind.STATUS, created_at__lt=until).order_by(
         "created_at", "id"

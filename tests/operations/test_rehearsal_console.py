@@ -134,3 +134,27 @@ def test_an_admin_rehearses_a_lost_replica_and_nothing_of_it_is_served_paged_or_
     assert f'href="{reverse("operations:incident_detail", args=[incident.pk])}"' in page
     incidents = admin_client.get(reverse("operations:incident_list")).content.decode()
     assert "rehearsal</span>" in incidents
+
+
+@pytest.mark.django_db
+def test_a_rehearsals_route_and_deployments_stay_out_of_everything_that_serves_or_costs(admin_user):
+    """Ray's desired state, the gateway's routing table, the deployment list, GPU-hours and the rollout
+    form all leave a rehearsal's rows out; its draft version may take weight on its own route only."""
+    from catalog.services import rehearsal_catalog
+    from deployments.rollouts.forms import RolloutCreateForm
+    from deployments.selectors.gpu_hours import deployment_gpu_spans
+    from deployments.services import rehearsal_route_create, route_weights_set
+
+    version, gpu = rehearsal_catalog(actor=admin_user)
+    assert version.lifecycle == "draft" and rehearsal_catalog(actor=admin_user) == (version, gpu)  # made once
+    route, deps = rehearsal_route_create(public_name="rehearsal-x", version=version, gpu_type=gpu, actor=admin_user,
+                                         deployments={"a": {"weight": 50}, "late": {"weight": None}})  # fmt: skip
+    assert route.rehearsal and all(d.rehearsal and d.status == "RUNNING" for d in deps.values())
+    assert {t.deployment.slug: t.weight for t in route.targets.all()} == {"rehearsal-x-a": 50}
+    route_weights_set(route=route, weights={deps["late"]: 50}, actor="rehearsal")  # no approval asked
+    assert "rehearsal-x" not in routing_table()
+    assert not Deployment.objects.desired_running().filter(pk__in=[d.pk for d in deps.values()]).exists()
+    assert not deployment_list(include_deleted=True).filter(rehearsal=True).exists()
+    known, _spans = deployment_gpu_spans(until=timezone.now())
+    assert not set(known) & {d.pk for d in deps.values()}
+    assert route not in RolloutCreateForm().fields["route"].queryset
