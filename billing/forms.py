@@ -8,6 +8,7 @@ from django import forms
 from django.utils import timezone
 
 from billing.models import Budget, Tenant, UsageEvent
+from billing.models.keys import CLASS_CHOICES
 from billing.selectors.prices import public_model_exists
 from billing.services.budgets import PERCENT_MAX
 from billing.services.prices import PRICE_MAX_PER_MILLION
@@ -45,6 +46,11 @@ class ApiKeyCreateForm(_Bootstrap, forms.Form):
     )
     rpm_limit = forms.IntegerField(min_value=0, initial=0, help_text="Requests/min for this key; 0 = none.")
     tpm_limit = forms.IntegerField(min_value=0, initial=0, help_text="Tokens/min for this key; 0 = none.")
+    traffic_class = forms.ChoiceField(
+        choices=[("", "The tenant's"), *CLASS_CHOICES],
+        required=False,
+        help_text="The highest class its requests may ask for, and their default; never above the tenant's.",
+    )
 
     def __init__(self, *args, tenants, **kwargs):
         super().__init__(*args, **kwargs)
@@ -118,6 +124,13 @@ class BudgetForm(_Bootstrap, forms.Form):
     tpm_limit = forms.IntegerField(min_value=0, initial=0, label="Tenant tokens/min")
     max_input_tokens = forms.IntegerField(min_value=0, initial=0, label="Max prompt tokens")
     max_output_tokens = forms.IntegerField(min_value=0, initial=0, label="Max max_tokens")
+    traffic_class = forms.ChoiceField(
+        choices=CLASS_CHOICES,
+        initial="standard",
+        required=False,
+        label="Highest traffic class",
+        help_text="Under saturation sheddable requests are refused first, then standard; interactive last.",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -140,6 +153,9 @@ class UsageFilterForm(_Bootstrap, forms.Form):
     tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), required=False)
     model = forms.CharField(required=False, max_length=200)
     status = forms.ChoiceField(choices=[("", "any status"), *UsageEvent.Status.choices], required=False)
+    traffic_class = forms.ChoiceField(
+        choices=[("", "any class"), *CLASS_CHOICES], required=False, label="Class"
+    )
     since = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
     until = forms.DateTimeField(required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
 

@@ -89,6 +89,7 @@ class EventKind(models.TextChoices):
     STATUS = "status", "status change"
     ERROR = "error", "error"
     FAULTS = "faults", "faults changed"
+    ADMISSION = "admission", "admission limit"
 
 
 # Ray's accelerator_type names (ray.util.accelerators) for the catalog's GPU names. A GPU whose

@@ -138,6 +138,17 @@ class Deployment(models.Model):
         "decode_slowdown, error_rate. Empty = none.",
     )
     desired_state = models.CharField(max_length=8, choices=DesiredState.choices, default=DesiredState.RUNNING)
+    # Admission control (gateway.admission): requests the gateways send it at once, over all replicas.
+    max_inflight = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(100_000)],
+        help_text="Requests the gateways send it at once; beyond, they queue by traffic class and shed "
+        "sheddable first. Empty: its measured capacity (the concurrency at which its SLA held in its "
+        "latest measured capacity benchmark), or no limit before one.",
+    )
+    capacity_inflight = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    capacity_run_id = models.BigIntegerField(null=True, blank=True, editable=False)
 
     # Observed state, written by the reconciler.
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
@@ -180,6 +191,11 @@ class Deployment(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("deployments:detail", args=[self.pk])
+
+    @property
+    def admission_limit(self) -> int | None:
+        """The in-flight limit the gateways apply: the operator's, else the measured capacity's."""
+        return self.max_inflight or self.capacity_inflight
 
     @property
     def display_status(self) -> str:

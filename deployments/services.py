@@ -505,3 +505,36 @@ def deployment_faults_set(*, deployment: Deployment, faults: dict, actor, reason
         {"faults": clean},
     )
     return d
+
+
+@transaction.atomic
+def deployment_admission_set(
+    *, deployment: Deployment, max_inflight: int | None, actor, reason: str = ""
+) -> Deployment:
+    """Set the requests the gateways may send ``deployment`` at once (None: its measured capacity's)."""
+    d = _locked(deployment)
+    if max_inflight == d.max_inflight:
+        return d
+    before = {"max_inflight": d.max_inflight}
+    d.max_inflight = max_inflight
+    d.full_clean()
+    d.save(update_fields=["max_inflight", "updated_at"])
+    what = f"at most {max_inflight} in flight" if max_inflight else "in-flight limit from measured capacity"
+    _changed(d, EventKind.ADMISSION, actor, what + (f": {reason}" if reason else ""), before,
+             {"max_inflight": max_inflight})  # fmt: skip
+    return d
+
+
+@transaction.atomic
+def deployment_capacity_record(*, deployment_id: int, inflight: int, run_id: int) -> Deployment | None:
+    """A measured capacity benchmark of the deployment found the concurrency at which its SLA held:
+    that is its default admission limit from now on (the operator's ``max_inflight`` still wins)."""
+    d = Deployment.objects.select_for_update().filter(pk=deployment_id, deleted_at__isnull=True).first()
+    if d is None or inflight < 1 or (d.capacity_inflight, d.capacity_run_id) == (inflight, run_id):
+        return d
+    before = {"capacity_inflight": d.capacity_inflight, "capacity_run_id": d.capacity_run_id}
+    d.capacity_inflight, d.capacity_run_id = inflight, run_id
+    d.save(update_fields=["capacity_inflight", "capacity_run_id", "updated_at"])
+    _changed(d, EventKind.ADMISSION, None, f"measured capacity: {inflight} in flight (benchmark #{run_id})",
+             before, {"capacity_inflight": inflight, "capacity_run_id": run_id})  # fmt: skip
+    return d

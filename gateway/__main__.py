@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
 
+    # Each worker takes its share of a deployment's in-flight limit (gateway.admission).
+    os.environ["GATEWAY_WORKERS"] = str(max(1, args.workers))
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Each worker writes its metrics to files here; /metrics sums them.
         d = tempfile.mkdtemp(prefix="gateway-prom-")

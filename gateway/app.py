@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 
 from asgistream import BodyPusher, TaskPusher
 from gateway import metrics as m
+from gateway.admission import DEFAULT_SHARES, DEFAULT_WAIT_S, AdmissionController, parse_per_class
 from gateway.config import CHOICES, GatewayConfig, load_config
 from gateway.hooks import Hooks, load_hooks
 from gateway.ledger import Ledger
@@ -58,6 +59,7 @@ class Gateway:
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.ledger: Ledger | None = None
         self.pipeline = Pipeline()
+        self.admission: AdmissionController | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -105,6 +107,12 @@ class Gateway:
         for name, value in self.pieces().items():
             if value != CHOICES[name][0]:
                 log.warning("%s=%s: running with the library instead of %s", name, value, CHOICES[name][0])
+        if cfg.admission:
+            self.admission = AdmissionController(
+                workers=cfg.workers,
+                shares=parse_per_class(cfg.admission_shares, DEFAULT_SHARES, what="GATEWAY_ADMISSION_SHARES"),
+                wait_s=parse_per_class(cfg.admission_wait_s, DEFAULT_WAIT_S, what="GATEWAY_ADMISSION_WAIT_S"),
+            )
         # Last: a hook's factory may use any of the above.
         self.pipeline = Pipeline(Hooks(load_hooks(cfg.hooks, self)))
         loop = asyncio.get_running_loop()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from envconf import env_float, env_int, env_str, load_env_file
+from envconf import env_bool, env_float, env_int, env_str, load_env_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -44,6 +44,11 @@ class GatewayConfig:
     redis_client: str = "fastredis"
     upstream_client: str = "http1"
     stream_pusher: str = "bodypusher"
+    # Admission control (gateway.admission; docs/decisions/0035): on for deployments with a limit.
+    admission: bool = True
+    workers: int = 1
+    admission_shares: str = ""
+    admission_wait_s: str = ""
 
 
 # Each setting's choices: the hand-tuned piece first (the default), then the library it replaced.
@@ -97,4 +102,12 @@ def load_config() -> GatewayConfig:
         redis_client=env_choice("GATEWAY_REDIS_CLIENT"),
         upstream_client=env_choice("GATEWAY_UPSTREAM_CLIENT"),
         stream_pusher=env_choice("GATEWAY_STREAM_PUSHER"),
+        admission=env_bool("GATEWAY_ADMISSION", True),
+        # How many processes share the port (``python -m gateway --workers N`` sets it): each takes
+        # its share of a deployment's in-flight limit.
+        workers=max(1, env_int("GATEWAY_WORKERS", 1)),
+        # Per class, "interactive,standard,sheddable": the share of a limit each may fill, and the
+        # seconds each may wait for room before it is shed. Empty: the defaults in gateway.admission.
+        admission_shares=env_str("GATEWAY_ADMISSION_SHARES", ""),
+        admission_wait_s=env_str("GATEWAY_ADMISSION_WAIT_S", ""),
     )

@@ -46,10 +46,10 @@ class RequestContext:
     __slots__ = (
         "kind", "t0", "started_at",
         # authenticate
-        "key", "tenant", "session", "raw",
+        "key", "tenant", "session", "raw", "class_header",
         # parse
         "body", "model", "stream", "max_tokens", "choices", "wants_usage", "prompt_est", "prompt_bound",
-        "longest_ids",
+        "longest_ids", "traffic_class",
         # route
         "snapshot", "route", "candidates", "sticky",
         # admit
@@ -71,6 +71,7 @@ class RequestContext:
         self.tenant: TenantInfo | None = None
         self.session: bytes | None = None
         self.raw = b""
+        self.class_header: bytes | None = None
         self.body: dict | None = None
         self.model = ""
         self.stream = False
@@ -80,6 +81,7 @@ class RequestContext:
         self.prompt_est = 0
         self.prompt_bound: int | None = None
         self.longest_ids: int | None = None
+        self.traffic_class = "standard"
         self.snapshot: Snapshot | None = None
         self.route: Route | None = None
         self.candidates: list[Target] = []
@@ -104,7 +106,11 @@ class RequestContext:
 
     def headers(self) -> list:
         """The headers of an admitted request's answer: its event id, rate limits, the deployment."""
-        h = [(b"x-request-id", self.hold.event_id.hex.encode()), *self.rl_headers]
+        h = [
+            (b"x-request-id", self.hold.event_id.hex.encode()),
+            (b"x-governor-traffic-class", self.traffic_class.encode()),
+            *self.rl_headers,
+        ]
         if self.target is not None:
             h.append((b"x-governor-deployment", self.target.slug.encode()))
         return h

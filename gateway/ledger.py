@@ -50,6 +50,7 @@ def ledger_record(
     ttl: int,
     stream: bool,
     started_at: float,
+    traffic_class: str = "standard",
 ) -> bytes:
     """The ledger entry of an admitted request: everything a reaper needs to settle and bill it."""
     return orjson.dumps(
@@ -69,6 +70,7 @@ def ledger_record(
             "ttl": ttl,
             "s": stream,
             "at": started_at,
+            "c": traffic_class,
         }
     )
 
@@ -107,6 +109,7 @@ def reaped_event(event_id: str, record: dict, progress: dict | None, now: float)
         "started_at": float(record["at"]),
         "finished_at": now,
         "gateway": record["g"],
+        "traffic_class": record.get("c") or "standard",  # entries written before classes existed
     }
 
 

@@ -1,8 +1,8 @@
 """The request path of the completion endpoints as a pipeline of stages with hooks between them
 (docs/decisions/0025-a-gateway-pipeline-of-stages-and-hooks.md):
 
-    authenticate → parse → [before_route] → route → admit → [before_forward] → forward → settle
-    → [after_response]
+    authenticate → parse → [before_route] → route → admit → (admission control) → [before_forward]
+    → forward → settle → [after_response]
 
 The stages live in ``gateway/stages/``, one module each; the hooks are configured
 (``gateway/hooks.py``). Until admission nothing is held and any stage or hook may answer; after it,
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from gateway.context import RequestContext
 from gateway.hooks import Hooks, run_all, run_until_reply
-from gateway.replies import send_reply
+from gateway.replies import Reply, send_reply
 from gateway.stages import settle
 from gateway.stages.admit import admit
 from gateway.stages.authenticate import authenticate
@@ -56,11 +56,24 @@ class Pipeline:
             await run_all(hooks.after_response, ctx)
 
     async def _forward(self, gw: Gateway, ctx: RequestContext, send, receive) -> None:
-        """What follows admission, inside the settle guard."""
+        """What follows admission, inside the settle guard: admission control's slot on a deployment
+        (``gateway.admission``; a shed request is committed at no cost), the before-forward hooks,
+        forwarding. The slot is given back however forwarding ends."""
         ctx.target = gw.router.pick(ctx.candidates, ctx.sticky)
-        if self.hooks.before_forward:
-            reply = await run_until_reply(self.hooks.before_forward, ctx)
-            if reply is not None:
-                await settle.answer(gw, ctx, send, reply)
+        slot = None
+        if gw.admission is not None and ctx.target.max_inflight:
+            got = await gw.admission.acquire(ctx.target, ctx.candidates, ctx.traffic_class)
+            if isinstance(got, Reply):
+                await settle.answer(gw, ctx, send, got)
                 return
-        await forward(gw, ctx, send, receive)
+            slot, ctx.target = got
+        try:
+            if self.hooks.before_forward:
+                reply = await run_until_reply(self.hooks.before_forward, ctx)
+                if reply is not None:
+                    await settle.answer(gw, ctx, send, reply)
+                    return
+            await forward(gw, ctx, send, receive)
+        finally:
+            if slot is not None:
+                slot.release()

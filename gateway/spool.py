@@ -36,8 +36,10 @@ SEGMENT_MAX_BYTES = 64 * 1024 * 1024
 # line stays in the spool) rather than guess. Bump it, and teach ``_event_row`` the old version,
 # when COLUMNS change; tests/gateway/test_spool_contract.py fails when COLUMNS and the
 # ``billing_usage_event`` table disagree.
-SCHEMA_VERSION = 1
-KNOWN_VERSIONS = frozenset({1})
+SCHEMA_VERSION = 2
+KNOWN_VERSIONS = frozenset({1, 2})
+# What version 2 added, and what a version-1 line stands for.
+V1_DEFAULTS = {"traffic_class": "standard"}
 # Columns of the table the shipper does not take from the line.
 TABLE_OWN_COLUMNS = frozenset({"id", "received_at"})
 
@@ -63,6 +65,7 @@ COLUMNS = (
     "http_status",
     "stream",
     "usage_estimated",
+    "traffic_class",
     "started_at",
     "finished_at",
     "gateway",
@@ -171,6 +174,8 @@ def _event_row(ev: dict) -> tuple:
         raise UnknownSchemaVersion(
             f"spool line of schema version {version!r}; this shipper knows {sorted(KNOWN_VERSIONS)}"
         )
+    if version == 1:
+        ev = {**V1_DEFAULTS, **ev}
     return tuple(ev.get(c) for c in COLUMNS)
 
 

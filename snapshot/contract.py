@@ -5,7 +5,8 @@ Contract (JSON; ``snapshot.publish`` writes it in two sections: ``tenancy`` buil
 
     {"version": int, "generated_at": float,
      "keys": {sha256_hex: {"id", "prefix", "tenant_id", "models": [..] | null,
-                           "expires_at": epoch | null, "revoked": bool, "rpm": int, "tpm": int}},
+                           "expires_at": epoch | null, "revoked": bool, "rpm": int, "tpm": int,
+                           "class": "interactive"|"standard"|"sheddable"}},  # absent: standard
      "tenants": {"<id>": {"slug", "rpm", "tpm", "max_input_tokens", "max_output_tokens",
                           "budget": null | {"period": "monthly"|"weekly"|"daily", "amount_nanos",
                                             "hard_cap_nanos": int | null, "soft_percents": [..],
@@ -17,7 +18,8 @@ Contract (JSON; ``snapshot.publish`` writes it in two sections: ``tenancy`` buil
                                            "base_url", "engine_model", "weight", "pool", "status",
                                            "tokens_per_image": int | null,  # null: unknown
                                            "task": "generate" | "embed",   # absent: generate
-                                           "max_model_len": int | null}]}},
+                                           "max_model_len": int | null,
+                                           "max_inflight": int | null}]}},  # null/absent: no limit
      "prices": {public_name: {"price_id", "input_nanos", "output_nanos"}}}
 
 Limits of 0 mean "no limit". A target's ``tokens_per_image`` is the catalog's bound for its model;
@@ -52,6 +54,22 @@ DEFAULT_TOKENS_PER_IMAGE = 16_384
 
 ALERTS_LIST = "budget_alerts"
 
+# Traffic classes, most important first (docs/decisions/0035). A key's class is the highest its
+# requests may ask for and the one they get by default; a request may lower its own, never raise it.
+# Admission control sheds the last first and never refuses an interactive request while it admits
+# a lower class.
+TRAFFIC_CLASSES = ("interactive", "standard", "sheddable")
+CLASS_RANK = {c: i for i, c in enumerate(TRAFFIC_CLASSES)}
+DEFAULT_CLASS = "standard"
+# OpenAI's ``service_tier`` request values, as classes: "priority" asks for faster service, "flex"
+# for cheaper, slower service that may be refused under load; "auto" and "default" take the key's.
+SERVICE_TIERS = {"priority": "interactive", "default": None, "auto": None, "flex": "sheddable"}
+
+
+def lower_class(a: str, b: str) -> str:
+    """The less important of two classes."""
+    return a if CLASS_RANK[a] >= CLASS_RANK[b] else b
+
 
 def budget_hash_key(prefix: str, tenant_id: int, period_key: str) -> str:
     """The Redis hash of a tenant's period: ``spent`` and ``held`` (nano-dollars) and ``refused_at``
@@ -85,6 +103,7 @@ class KeyInfo:
     revoked: bool
     rpm: int
     tpm: int
+    traffic_class: str = DEFAULT_CLASS
 
 
 @dataclass(slots=True)
@@ -129,6 +148,8 @@ class Target:
     # "generate" (chat, completions, responses) or "embed" (embeddings).
     task: str = "generate"
     max_model_len: int | None = None
+    # Requests the gateways may send it at once (admission control); None: no limit.
+    max_inflight: int | None = None
 
 
 @dataclass(slots=True)
@@ -184,6 +205,7 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
             revoked=bool(k.get("revoked")),
             rpm=int(k.get("rpm") or 0),
             tpm=int(k.get("tpm") or 0),
+            traffic_class=k.get("class") if k.get("class") in CLASS_RANK else DEFAULT_CLASS,
         )
         for h, k in data.get("keys", {}).items()
     }
@@ -231,6 +253,7 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
                     completions_url=base + "/completions",
                     task=x.get("task") or "generate",
                     max_model_len=x.get("max_model_len"),
+                    max_inflight=int(x["max_inflight"]) if x.get("max_inflight") else None,
                 )
             )
         tids = r.get("tenant_ids")

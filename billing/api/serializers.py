@@ -9,6 +9,7 @@ from billing.selectors.focus import focus_sku_prices
 from billing.selectors.prices import public_model_exists
 from billing.services.budgets import PERCENT_MAX
 from billing.services.prices import PRICE_MAX_PER_MILLION
+from snapshot.contract import TRAFFIC_CLASSES
 
 
 class TenantSerializer(serializers.ModelSerializer):
@@ -34,8 +35,8 @@ class ApiKeySerializer(serializers.ModelSerializer):
     class Meta:
         model = ApiKey
         fields = [
-            "id", "tenant", "name", "prefix", "allowed_models", "rpm_limit", "tpm_limit", "expires_at",
-            "revoked", "revoked_at", "created_at",
+            "id", "tenant", "name", "prefix", "allowed_models", "rpm_limit", "tpm_limit", "traffic_class",
+            "expires_at", "revoked", "revoked_at", "created_at",
         ]  # fmt: skip
         read_only_fields = ["prefix", "revoked_at", "created_at"]
 
@@ -99,7 +100,14 @@ class LimitsSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = TenantLimits
-        fields = ["tenant", "rpm_limit", "tpm_limit", "max_input_tokens", "max_output_tokens"]
+        fields = [
+            "tenant",
+            "rpm_limit",
+            "tpm_limit",
+            "max_input_tokens",
+            "max_output_tokens",
+            "traffic_class",
+        ]
         # PUT sets all four (0 = none): a missing one is a 400 naming it, never a guessed default.
         extra_kwargs = {
             name: {"required": True}
@@ -117,7 +125,8 @@ class UsageEventSerializer(serializers.ModelSerializer):
         fields = [
             "event_id", "tenant", "api_key_prefix", "public_model", "deployment_slug", "version_id", "price_id",
             "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd", "ttft_ms", "tpot_ms", "e2e_ms",
-            "status", "error_type", "http_status", "stream", "usage_estimated", "started_at", "finished_at",
+            "status", "error_type", "http_status", "stream", "usage_estimated", "traffic_class", "started_at",
+            "finished_at",
         ]  # fmt: skip
 
 
@@ -125,5 +134,6 @@ class UsageFilter(serializers.Serializer):
     tenant = serializers.SlugField(required=False)
     model = serializers.CharField(required=False)
     status = serializers.ChoiceField(choices=UsageEvent.Status.choices, required=False)
+    traffic_class = serializers.ChoiceField(choices=TRAFFIC_CLASSES, required=False)
     since = serializers.DateTimeField(required=False)
     until = serializers.DateTimeField(required=False)

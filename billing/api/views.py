@@ -156,6 +156,7 @@ class ApiKeyListCreate(generics.ListCreateAPIView):
                 allowed_models=ser.validated_data.get("allowed_models") or [],
                 rpm_limit=ser.validated_data.get("rpm_limit", 0),
                 tpm_limit=ser.validated_data.get("tpm_limit", 0),
+                traffic_class=ser.validated_data.get("traffic_class", ""),
             )
         except DjangoValidationError as exc:
             raise DrfValidationError(exc.message_dict) from exc
@@ -323,6 +324,7 @@ class UsageList(generics.ListAPIView):
             tenant_id=tenant_id,
             model=d.get("model"),
             status=d.get("status"),
+            traffic_class=d.get("traffic_class"),
             since=d.get("since"),
             until=d.get("until"),
         )

@@ -5,6 +5,10 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from snapshot.contract import DEFAULT_CLASS, TRAFFIC_CLASSES
+
+CLASS_CHOICES = [(c, c.capitalize()) for c in TRAFFIC_CLASSES]
+
 
 class ApiKey(models.Model):
     """A tenant's key for the gateway. Only the SHA-256 of the secret is stored; the prefix is shown."""
@@ -18,6 +22,13 @@ class ApiKey(models.Model):
     )
     rpm_limit = models.PositiveIntegerField(default=0, help_text="Requests per minute; 0 = no key limit.")
     tpm_limit = models.PositiveIntegerField(default=0, help_text="Tokens per minute; 0 = no key limit.")
+    traffic_class = models.CharField(
+        max_length=16,
+        choices=CLASS_CHOICES,
+        blank=True,
+        help_text="The highest class this key's requests may ask for, and their default; empty: the tenant's. "
+        "Never above the tenant's.",
+    )
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
@@ -50,6 +61,13 @@ class TenantLimits(models.Model):
     )
     max_output_tokens = models.PositiveIntegerField(
         default=0, help_text="Largest max_tokens admitted; 0 = the gateway default."
+    )
+    traffic_class = models.CharField(
+        max_length=16,
+        choices=CLASS_CHOICES,
+        default=DEFAULT_CLASS,
+        help_text="The highest traffic class this tenant's keys may use. Under saturation the gateway "
+        "sheds sheddable requests first, then standard, never interactive while it admits a lower class.",
     )
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -57,6 +57,9 @@ class UsageEvent(models.Model):
     finished_at = models.DateTimeField()
     received_at = models.DateTimeField(help_text="When the shipper stored it in Postgres.")
     gateway = models.CharField(max_length=100, blank=True)
+    traffic_class = models.CharField(
+        max_length=16, default="standard", db_default="standard", help_text="The class it was served in."
+    )
 
     class Meta:
         db_table = "billing_usage_event"

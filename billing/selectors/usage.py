@@ -21,6 +21,7 @@ def usage_events(
     status: str | None = None,
     since: dt.datetime | None = None,
     until: dt.datetime | None = None,
+    traffic_class: str | None = None,
 ) -> QuerySet[UsageEvent]:
     """Usage events filtered; ``tenant_ids=None`` means every tenant (admins and auditors)."""
     qs = UsageEvent.objects.select_related("tenant", "api_key").order_by("-started_at", "-id")
@@ -32,6 +33,8 @@ def usage_events(
         qs = qs.filter(public_model=model)
     if status:
         qs = qs.filter(status=status)
+    if traffic_class:
+        qs = qs.filter(traffic_class=traffic_class)
     if since:
         qs = qs.filter(started_at__gte=since)
     if until:
@@ -55,6 +58,35 @@ def usage_totals(*, events: QuerySet[UsageEvent]) -> dict:
         "completion_tokens": agg["completion"] or 0,
         "cost_usd": Decimal(agg["cost"] or 0) / NANOS_PER_USD,
     }
+
+
+def usage_by_class(*, events: QuerySet[UsageEvent]) -> list[dict]:
+    """Requests, refusals and cost per traffic class of a filtered set of events, most important
+    class first. ``shed``: requests the gateway's admission control refused under load (their
+    ``error_type`` starts with ``shed``: ``gateway.admission``)."""
+    from snapshot.contract import CLASS_RANK
+
+    rows = (
+        events.order_by()
+        .values("traffic_class")
+        .annotate(
+            requests=Count("id"),
+            shed=Count("id", filter=Q(error_type__startswith="shed")),
+            tokens=Sum("completion_tokens"),
+            cost=Sum("cost_nanos"),
+        )
+    )
+    out = [
+        {
+            "traffic_class": r["traffic_class"],
+            "requests": r["requests"],
+            "shed": r["shed"],
+            "completion_tokens": r["tokens"] or 0,
+            "cost_usd": Decimal(r["cost"] or 0) / NANOS_PER_USD,
+        }
+        for r in rows
+    ]
+    return sorted(out, key=lambda r: CLASS_RANK.get(r["traffic_class"], len(CLASS_RANK)))
 
 
 def usage_models(*, tenant_ids: set[int] | None) -> list[str]:

@@ -11,10 +11,18 @@ from django.utils import timezone
 from billing.models import (
     ApiKey,
     Tenant,
+    TenantLimits,
 )
 from billing.selectors.prices import prices_in_force
 from billing.selectors.spend import period_spend
+from snapshot.contract import DEFAULT_CLASS, lower_class
 from snapshot.publish import publish_section
+
+
+def key_class(key_class_: str, tenant_class: str) -> str:
+    """A key's traffic class as the gateway applies it: its own (the tenant's when it names none),
+    never above the tenant's, even when the tenant's was lowered after the key was made."""
+    return lower_class(key_class_ or tenant_class, tenant_class)
 
 
 def gateway_redis() -> redis.Redis:
@@ -35,6 +43,7 @@ def tenancy_section_build(*, at: dt.datetime | None = None) -> dict:
     at = at or timezone.now()
     now = at.timestamp()
     keys = {}
+    tenant_classes = dict(TenantLimits.objects.values_list("tenant_id", "traffic_class"))
     for k in ApiKey.objects.filter(tenant__is_active=True).only(
         "id",
         "prefix",
@@ -44,6 +53,7 @@ def tenancy_section_build(*, at: dt.datetime | None = None) -> dict:
         "revoked_at",
         "rpm_limit",
         "tpm_limit",
+        "traffic_class",
         "key_hash",
     ):
         keys[k.key_hash] = {
@@ -55,6 +65,7 @@ def tenancy_section_build(*, at: dt.datetime | None = None) -> dict:
             "revoked": k.revoked_at is not None,
             "rpm": k.rpm_limit,
             "tpm": k.tpm_limit,
+            "class": key_class(k.traffic_class, tenant_classes.get(k.tenant_id, DEFAULT_CLASS)),
         }
     tenants = {}
     for t in Tenant.objects.filter(is_active=True).select_related("limits", "budget"):

@@ -18,6 +18,7 @@ from billing.models import (
     TenantLimits,
 )
 from core.text import bidi_error
+from snapshot.contract import CLASS_RANK, DEFAULT_CLASS
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,17 @@ KEY_PREFIX = "gk-"
 
 
 # What the trail keeps of a key: never its hash (the hash is what the gateway matches a secret to).
-KEY_AUDIT_FIELDS = ("name", "prefix", "tenant", "allowed_models", "rpm_limit", "tpm_limit", "expires_at")
+KEY_AUDIT_FIELDS = (
+    "name", "prefix", "tenant", "allowed_models", "rpm_limit", "tpm_limit", "traffic_class", "expires_at"
+)  # fmt: skip
+
+
+def tenant_class(tenant: Tenant) -> str:
+    """The highest traffic class ``tenant``'s keys may use (a platform admin sets it with its limits)."""
+    return (
+        TenantLimits.objects.filter(tenant=tenant).values_list("traffic_class", flat=True).first()
+        or DEFAULT_CLASS
+    )
 
 
 def hash_api_key(secret: str) -> str:
@@ -44,10 +55,21 @@ def api_key_create(
     allowed_models: list[str] | None = None,
     rpm_limit: int = 0,
     tpm_limit: int = 0,
+    traffic_class: str = "",
 ) -> tuple[ApiKey, str]:
-    """Create a key; returns the row and the secret, which is shown once and never stored."""
+    """Create a key; returns the row and the secret, which is shown once and never stored.
+
+    ``traffic_class`` empty: the tenant's. A tenant admin cannot give a key a class above the tenant's."""
     if expires_at is not None and expires_at <= timezone.now():
         raise ValidationError({"expires_at": "The expiry must be in the future."})
+    if traffic_class:
+        ceiling = tenant_class(tenant)
+        if traffic_class not in CLASS_RANK:
+            raise ValidationError({"traffic_class": f"Unknown traffic class {traffic_class!r}."})
+        if CLASS_RANK[traffic_class] < CLASS_RANK[ceiling]:
+            raise ValidationError(
+                {"traffic_class": f"{tenant} may use {ceiling} traffic at most; a platform admin sets that."}
+            )
     if bidi_error(name):
         raise ValidationError({"name": bidi_error(name)})
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
@@ -59,6 +81,7 @@ def api_key_create(
         allowed_models=sorted(set(allowed_models or [])),
         rpm_limit=rpm_limit,
         tpm_limit=tpm_limit,
+        traffic_class=traffic_class,
         expires_at=expires_at,
         created_by=actor if getattr(actor, "pk", None) else None,
     )
@@ -103,8 +126,10 @@ def tenant_limits_set(
     max_output_tokens: int,
     actor,
     reason: str = "",
+    traffic_class: str | None = None,
 ) -> TenantLimits:
-    """Set a tenant's rate limits and admission caps (0 = none)."""
+    """Set a tenant's rate limits and admission caps (0 = none), and the highest traffic class its
+    keys may use (None: leave it as it is)."""
     stored = TenantLimits.objects.filter(tenant=tenant).first()
     before = snapshot(stored) if stored is not None else None
     wanted = {
@@ -113,6 +138,10 @@ def tenant_limits_set(
         "max_input_tokens": max_input_tokens,
         "max_output_tokens": max_output_tokens,
     }
+    if traffic_class is not None:
+        if traffic_class not in CLASS_RANK:
+            raise ValidationError({"traffic_class": f"Unknown traffic class {traffic_class!r}."})
+        wanted["traffic_class"] = traffic_class
     if stored is not None and all(getattr(stored, k) == v for k, v in wanted.items()):
         return stored  # nothing changed: no write, so no ``updated_at`` move for the raw trigger to record
     limits, _ = TenantLimits.objects.update_or_create(tenant=tenant, defaults=wanted)

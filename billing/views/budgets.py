@@ -60,6 +60,7 @@ class BudgetEditView(PlatformAdminRequiredMixin, View):
                 tpm_limit=limits.tpm_limit,
                 max_input_tokens=limits.max_input_tokens,
                 max_output_tokens=limits.max_output_tokens,
+                traffic_class=limits.traffic_class,
             )
         return initial
 
@@ -96,6 +97,7 @@ class BudgetEditView(PlatformAdminRequiredMixin, View):
             tpm_limit=d["tpm_limit"],
             max_input_tokens=d["max_input_tokens"],
             max_output_tokens=d["max_output_tokens"],
+            traffic_class=d.get("traffic_class") or None,  # absent from an older form: unchanged
             actor=request.user,
         )
         messages.success(request, f"Budget and limits of {tenant} saved; gateways apply them within seconds.")

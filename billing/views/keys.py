@@ -82,6 +82,7 @@ class ApiKeyCreateView(PlatformUserRequiredMixin, View):
                 allowed_models=d["allowed_models"],
                 rpm_limit=d["rpm_limit"],
                 tpm_limit=d["tpm_limit"],
+                traffic_class=d.get("traffic_class") or "",
             )
         except ValidationError as exc:
             form.add_error(None, exc)

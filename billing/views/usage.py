@@ -14,7 +14,7 @@ from billing.selectors.budgets import budget_status
 from billing.selectors.tenancy import (
     tenants_readable_by,
 )
-from billing.selectors.usage import usage_events, usage_totals
+from billing.selectors.usage import usage_by_class, usage_events, usage_totals
 from billing.views.common import PAGE_SIZE, query_without_page
 from core.access import (
     PlatformUserRequiredMixin,
@@ -38,6 +38,7 @@ class UsageView(PlatformUserRequiredMixin, View):
             tenant_id=tenant.pk if tenant else None,
             model=f.get("model") or None,
             status=f.get("status") or None,
+            traffic_class=f.get("traffic_class") or None,
             since=f.get("since"),
             until=f.get("until"),
         )
@@ -50,6 +51,7 @@ class UsageView(PlatformUserRequiredMixin, View):
             "page": Paginator(events, PAGE_SIZE).get_page(request.GET.get("page")),
             "qs": query_without_page(request),
             "totals": usage_totals(events=events),
+            "by_class": usage_by_class(events=events),
             "budgets": budgets,
         }
         template = "billing/partials/usage_table.html" if request.htmx else "billing/usage_list.html"
@@ -64,7 +66,7 @@ class _Echo:
 CSV_FIELDS = [
     "started_at", "event_id", "tenant", "api_key_prefix", "public_model", "deployment_slug", "status", "error_type",
     "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd", "ttft_ms", "tpot_ms", "e2e_ms", "stream",
-    "usage_estimated",
+    "usage_estimated", "traffic_class",
 ]  # fmt: skip
 
 
@@ -93,6 +95,7 @@ def _usage_csv(events) -> StreamingHttpResponse:
                     e.e2e_ms,
                     e.stream,
                     e.usage_estimated,
+                    e.traffic_class,
                 ]  # fmt: skip
             )
 

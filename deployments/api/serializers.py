@@ -37,16 +37,29 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "openai_base_url",
             "route_prefix",
             *OBSERVED_FIELDS,
+            "max_inflight",
+            "capacity_inflight",
+            "capacity_run_id",
             "preflight_warnings",
             "created_by",
             "created_at",
             "updated_at",
             "deleted_at",
         ]
-        read_only_fields = [*OBSERVED_FIELDS, "created_by", "created_at", "updated_at", "deleted_at"]
+        # The admission limit changes through the ``admission`` action; the capacity's, by a benchmark.
+        read_only_fields = [*OBSERVED_FIELDS, "max_inflight", "capacity_inflight", "capacity_run_id",
+                            "created_by", "created_at", "updated_at", "deleted_at"]  # fmt: skip
 
     def get_preflight_warnings(self, obj) -> list[str]:
         return list(getattr(obj, "_preflight_warnings", []))
+
+
+class AdmissionSerializer(serializers.Serializer):
+    max_inflight = serializers.IntegerField(
+        min_value=1, max_value=100_000, allow_null=True,
+        help_text="Requests the gateways send it at once; null: its measured capacity's (or none before one).",
+    )  # fmt: skip
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
 
 class ScaleSerializer(serializers.Serializer):

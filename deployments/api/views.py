@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from core.access import ReadsEverythingOrAdmin
 from deployments import selectors, services
 from deployments.api.serializers import (
+    AdmissionSerializer,
     DeploymentEventSerializer,
     DeploymentSerializer,
     ModelRouteSerializer,
@@ -79,6 +80,15 @@ class DeploymentViewSet(
         body = ScaleSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         return self._act(services.deployment_scale, **body.validated_data)
+
+    @extend_schema(request=AdmissionSerializer, responses=DeploymentSerializer)
+    @action(detail=True, methods=["post"])
+    def admission(self, request, pk=None):
+        """Set how many requests the gateways send it at once (null: its measured capacity's).
+        Beyond it they queue by traffic class and shed sheddable requests first."""
+        body = AdmissionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._act(services.deployment_admission_set, **body.validated_data)
 
     @extend_schema(request=None, responses=DeploymentSerializer)
     @action(detail=True, methods=["post"])

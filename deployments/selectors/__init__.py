@@ -86,6 +86,8 @@ def routing_table() -> dict:
                     "task": t.deployment.task,
                     # The context the engine was started with (None: the model's own, the engine judges).
                     "max_model_len": t.deployment.max_model_len,
+                    # Admission control: the operator's in-flight limit, else the measured capacity's.
+                    "max_inflight": t.deployment.admission_limit,
                 }
                 for t in sorted(route.targets.all(), key=lambda t: t.deployment.slug)
             ],

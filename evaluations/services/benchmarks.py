@@ -507,7 +507,32 @@ def benchmark_run_execute(*, run_id: int, on_progress=None) -> BenchmarkRun:
         client_bound=results["client_bound"],
     )
     run.refresh_from_db()
+    inflight = capacity_inflight(results)
+    if run.kind == RunKind.MEASURED and run.deployment_id and inflight and not results["client_bound"]:
+        from deployments.services import deployment_capacity_record
+
+        deployment_capacity_record(deployment_id=run.deployment_id, inflight=inflight, run_id=run.pk)
     return run
+
+
+def capacity_inflight(results: dict) -> int | None:
+    """Requests in flight at the capacity the sweep found (None without one): the stage's concurrency
+    for a closed loop, else Little's law on what was measured there (completed requests per second
+    × mean end-to-end seconds), rounded up. The gateways' default admission limit (gateway.admission)."""
+    number = (results.get("capacity") or {}).get("stage")
+    if number is None:
+        return None
+    stage = next((s for s in results.get("stages") or [] if s.get("stage") == number), None)
+    if not stage:
+        return None
+    offered = stage.get("offered") or {}
+    if offered.get("kind") == "concurrency" and offered.get("concurrency"):
+        return int(offered["concurrency"])
+    rps = stage.get("request_throughput")
+    e2e = (stage.get("e2e_ms") or {}).get("mean")
+    if not rps or not e2e:
+        return None
+    return max(1, math.ceil(rps * e2e / 1000))
 
 
 def _execute(run: BenchmarkRun, progress: _ProgressWriter) -> tuple[dict, list]:

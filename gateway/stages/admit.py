@@ -189,6 +189,7 @@ async def admit(gw: Gateway, ctx: RequestContext) -> Reply | None:
         ttl=ttl,
         stream=ctx.stream,
         started_at=ctx.started_at,
+        traffic_class=ctx.traffic_class,
     )
     recorded = True
     try:

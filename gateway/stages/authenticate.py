@@ -48,6 +48,17 @@ def identify(
     return key, tenant, None, session
 
 
+CLASS_HEADER = b"x-governor-traffic-class"
+
+
+def class_header(headers) -> bytes | None:
+    """The traffic class a request asks for in ``X-Governor-Traffic-Class``, if it names one."""
+    for k, v in headers:
+        if k == CLASS_HEADER:
+            return v
+    return None
+
+
 def may_use(key: KeyInfo, tenant: TenantInfo, route) -> bool:
     """A key may use a route when its tenant may (``tenant_ids`` empty = every tenant) and the key's
     allowed models, if it has a list, name it."""
@@ -87,7 +98,7 @@ def auth_refusal(message: str) -> Reply:
 
 
 async def authenticate(gw: Gateway, ctx: RequestContext, scope, receive) -> Reply | None:
-    """Sets ``key``, ``tenant``, ``session`` and ``raw``."""
+    """Sets ``key``, ``tenant``, ``session``, ``raw`` and ``class_header``."""
     cfg = gw.config
     key, tenant, err, session = identify(gw.snapshots.current, scope["headers"], gw.session_header)
     raw = await read_body(scope, receive, cfg.max_body_bytes)
@@ -102,4 +113,5 @@ async def authenticate(gw: Gateway, ctx: RequestContext, scope, receive) -> Repl
     if err:
         return auth_refusal(err)
     ctx.key, ctx.tenant, ctx.session, ctx.raw = key, tenant, session, raw
+    ctx.class_header = class_header(scope["headers"])
     return None

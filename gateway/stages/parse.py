@@ -11,6 +11,11 @@ or ``GATEWAY_DEFAULT_MAX_TOKENS``), so the worst case is always bounded; for cha
 the per-choice limit the engine would apply is forwarded as ``max_tokens`` and
 ``max_completion_tokens`` is stripped. Streams always ask the engine for usage. The body is then
 serialised once, so what cannot be forwarded is refused before anything is held.
+
+**The traffic class** (docs/decisions/0035) is the key's, unless the request lowers it with
+OpenAI's ``service_tier`` ("flex": sheddable; "priority": interactive; "auto"/"default": the key's)
+or ``X-Governor-Traffic-Class``; asking for more than the key's is refused with 403. ``service_tier``
+is the gateway's to read: it is not forwarded to the engine.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from gateway.embeddings import validate_embeddings
 from gateway.endpoints import MAX_TOKENS_FIELD
 from gateway.replies import Reply, error_reply
 from gateway.responses import validate_responses
+from gateway.stages.authenticate import CLASS_HEADER
 from gateway.validation import (
     BadRequest,
     choices_per_request,
@@ -31,10 +37,53 @@ from gateway.validation import (
     normalise_output_limit,
     validate,
 )
+from snapshot.contract import CLASS_RANK, DEFAULT_CLASS, SERVICE_TIERS, lower_class
 
 if TYPE_CHECKING:
     from gateway.config import GatewayConfig
     from gateway.context import RequestContext
+
+# The header's values: the classes, and "batch" for sheddable (how batch clients think of it).
+HEADER_CLASSES = {**{c.encode(): c for c in CLASS_RANK}, b"batch": "sheddable"}
+
+
+def request_class(key_class: str, header: bytes | None, body: dict) -> str:
+    """The class this request is served in: the key's, or a lower one the request asks for.
+
+    Pops ``service_tier`` from ``body``. Raises ``BadRequest`` for a value neither field knows
+    (400) and for a class above the key's (403): a request may lower its own class, never raise it."""
+    asked = []
+    if "service_tier" in body:
+        tier = body.pop("service_tier")
+        if tier is not None:
+            if not isinstance(tier, str) or tier not in SERVICE_TIERS:
+                raise BadRequest(
+                    f"service_tier must be one of {', '.join(repr(t) for t in SERVICE_TIERS)}",
+                    param="service_tier",
+                    code="invalid_service_tier",
+                )
+            if SERVICE_TIERS[tier] is not None:
+                asked.append((SERVICE_TIERS[tier], "service_tier"))
+    if header is not None:
+        cls = HEADER_CLASSES.get(header.strip().lower())
+        if cls is None:
+            raise BadRequest(
+                f"{CLASS_HEADER.decode()} must be one of {', '.join(CLASS_RANK)} or batch",
+                param=CLASS_HEADER.decode(),
+                code="invalid_traffic_class",
+            )
+        asked.append((cls, CLASS_HEADER.decode()))
+    cls = key_class
+    for want, where in asked:
+        if CLASS_RANK[want] < CLASS_RANK[key_class]:
+            raise BadRequest(
+                f"this API key may send {key_class} traffic at most; the request asked for {want} ({where})",
+                param=where,
+                code="traffic_class_not_allowed",
+                status=403,
+            )
+        cls = lower_class(cls, want)
+    return cls
 
 
 def bad_request(exc: BadRequest) -> Reply:
@@ -77,6 +126,8 @@ def parse(cfg: GatewayConfig, ctx: RequestContext) -> Reply | None:
             )
             prompt_est = estimate_prompt_tokens(kind, body)
         choices = choices_per_request(kind, body, n) if kind in ("chat", "text") else 1
+        key_class = ctx.key.traffic_class if ctx.key is not None else DEFAULT_CLASS
+        traffic_class = request_class(key_class, ctx.class_header, body)
     except BadRequest as exc:
         return bad_request(exc)
     tenant = ctx.tenant
@@ -115,6 +166,7 @@ def parse(cfg: GatewayConfig, ctx: RequestContext) -> Reply | None:
     except BadRequest as exc:
         return bad_request(exc)
     ctx.body, ctx.model, ctx.stream, ctx.max_tokens, ctx.choices = body, model, stream, max_tokens, choices
+    ctx.traffic_class = traffic_class
     ctx.wants_usage, ctx.prompt_est, ctx.prompt_bound, ctx.longest_ids = (
         wants_usage,
         prompt_est,

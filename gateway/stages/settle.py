@@ -125,6 +125,7 @@ def usage_event(gw: Gateway, ctx: RequestContext, finished_at: float, e2e: float
         "started_at": ctx.started_at,
         "finished_at": finished_at,
         "gateway": gw.name,
+        "traffic_class": ctx.traffic_class,
     }
 
 

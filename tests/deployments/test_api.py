@@ -196,6 +196,7 @@ def test_routing_table_shape_for_the_gateway(settings, target):
                     "tokens_per_image": None,
                     "task": "generate",
                     "max_model_len": d.max_model_len,
+                    "max_inflight": None,
                 }
             ],
         }

@@ -123,11 +123,15 @@ def tenant_budget(
 
 class FakeEngine:
     """OpenAI-shaped answers on a real socket: ``tokens`` tokens, ``PROMPT_TOKENS`` prompt tokens.
-    ``fail_status`` answers that status instead; every request's path and JSON body is kept."""
+    ``fail_status`` answers that status instead; every request's path and JSON body is kept. With
+    ``hold`` set to an event, each answer waits for it (``active``/``peak``: requests it holds now, and
+    at most)."""
 
     def __init__(self, tokens: int = 4) -> None:
         self.tokens = tokens
         self.fail_status: int | None = None
+        self.hold: asyncio.Event | None = None
+        self.active = self.peak = 0
         self.requests: list[tuple[str, dict]] = []
         self.server: asyncio.AbstractServer | None = None
         self.url = ""
@@ -156,6 +160,13 @@ class FakeEngine:
                         length = int(value)
                 body = orjson.loads(await reader.readexactly(length)) if length else {}
                 self.requests.append((path, body))
+                if self.hold is not None:
+                    self.active += 1
+                    self.peak = max(self.peak, self.active)
+                    try:
+                        await self.hold.wait()
+                    finally:
+                        self.active -= 1
                 writer.write(self._answer(body))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):

@@ -66,6 +66,7 @@ def _line(**over) -> bytes:
         "started_at": 1.7e9,
         "finished_at": 1.7e9,
         "gateway": "test",
+        "traffic_class": "sheddable",
     }
     ev.update(over)
     return orjson.dumps(ev) + b"\n"
@@ -81,7 +82,20 @@ def test_shipper_inserts_every_column_and_refuses_unknown_versions(tmp_path):
     try:
         assert shipper.ship_once() == 1
         ev = UsageEvent.objects.get(event_id=orjson.loads(good)["event_id"])
-        assert (ev.cost_nanos, ev.completion_tokens, ev.gateway) == (42, 2, "test")
+        assert (ev.cost_nanos, ev.completion_tokens, ev.gateway, ev.traffic_class) == (
+            42,
+            2,
+            "test",
+            "sheddable",
+        )
+        # A line of version 1 (a gateway from before traffic classes) is standard traffic.
+        old = orjson.loads(_line(schema_version=1))
+        del old["traffic_class"]
+        with seg.open("ab") as f:
+            f.write(orjson.dumps(old) + b"\n")
+        assert shipper.ship_once() == 1
+        assert UsageEvent.objects.get(event_id=old["event_id"]).traffic_class == "standard"
+        good += orjson.dumps(old) + b"\n"
         newer = _line(schema_version=spool.SCHEMA_VERSION + 1)
         with seg.open("ab") as f:
             f.write(newer)
