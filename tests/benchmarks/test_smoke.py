@@ -61,6 +61,19 @@ BENCHMARKS = {
         (),
         [pytest.mark.slow],
     ),
+    "capacity": (
+        (
+            "interactive_attainment",
+            "interactive_attainment_without_admission",
+            "gateway_cpu_ms_per_request",
+            "gateway_cpu_ms_per_request_without_admission",
+            "with_admission",
+            "without_admission",
+            "conditions",
+        ),
+        (),
+        [],
+    ),
     # Starts an engine pair and four gateways (one per swapped piece): tens of seconds on a busy host.
     "gateway-swaps": (
         ("swaps", "cpu_ms_per_request", "paced_cpu_ms_per_request", "conditions"),

@@ -1,0 +1,258 @@
+"""``python -m benchmarks.capacity [--json FILE] [--smoke]``: admission control under overload.
+
+One simulated engine in fixed-timing mode (``engines.server``: up to ``--max-num-seqs`` requests run
+at once, the rest wait first come first served, so its capacity is known:
+``max_num_seqs / (ttft + tpot × (tokens − 1))`` requests per second), behind the real gateway
+(``python -m gateway``, one worker). Three keys of one tenant send interactive, standard and
+sheddable traffic (20 / 30 / 50 %), Poisson arrivals at ``--overload`` times the engine's capacity,
+each request a stream of ``--tokens`` tokens, for ``--duration`` seconds. Twice: with admission
+control (the deployment's ``max_inflight`` set to the engine's ``max_num_seqs``, the concurrency at
+which its TTFT holds by construction) and without (``GATEWAY_ADMISSION=0``), everything else equal.
+
+Per class it reports what was offered, served, shed (503 ``overloaded``), timed out (no answer
+within ``--timeout`` s) and met the SLA (served, TTFT ≤ ``--sla-ttft-ms``); ``interactive_attainment``
+is the interactive requests meeting the SLA over those offered. ``gateway_cpu_ms_per_request`` is the
+gateway process's CPU over the requests it answered, for each run. The conditions (cores, load
+average, rates) are printed and written with the figures.
+
+Not measured here (issue 30's other rows): long-request isolation, autoscaling, the Batch API and
+multi-process load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+
+from benchmarks.gateway import _tear_down, cpu_seconds, start_gateway, wait_port, wait_snapshot  # noqa: E402
+from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
+from procs import free_port  # noqa: E402
+
+MODEL = "cap-llama"
+MIX = {"interactive": 0.2, "standard": 0.3, "sheddable": 0.5}
+SECRETS = {cls: f"gk-cap-{cls}-{uuid.uuid4().hex[:12]}" for cls in MIX}
+
+
+def start_engine(a, work: Path):
+    import subprocess
+
+    port = free_port()
+    args = [
+        sys.executable, "-m", "engines.server", "--model-name", MODEL, "--model-preset", "llama-3.1-8b",
+        "--gpu", "H100", "--port", str(port), "--fixed-ttft-ms", str(a.ttft_ms), "--fixed-tpot-ms",
+        str(a.tpot_ms), "--max-num-seqs", str(a.max_num_seqs), "--log-level", "warning",
+    ]  # fmt: skip
+    log = open(work / "engine.log", "wb")  # noqa: SIM115 - lives as long as the process
+    p = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    wait_port(port, p, "engine")
+    return p, port
+
+
+def publish(redis_url: str, prefix: str, engine_port: int, limit: int | None) -> int:
+    import redis
+
+    from snapshot.publish import publish_section
+
+    keys = {
+        hashlib.sha256(secret.encode()).hexdigest(): {
+            "id": i + 1, "prefix": secret[:10], "tenant_id": 1, "models": None, "expires_at": None,
+            "revoked": False, "rpm": 0, "tpm": 0, "class": cls,
+        }
+        for i, (cls, secret) in enumerate(SECRETS.items())
+    }  # fmt: skip
+    tenancy = {
+        "keys": keys,
+        "tenants": {"1": {"slug": "bench", "rpm": 0, "tpm": 0, "max_input_tokens": 0, "max_output_tokens": 0,
+                          "budget": None}},
+        "prices": {MODEL: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
+    }  # fmt: skip
+    routes = {"routes": {MODEL: {"long_context_threshold": None, "targets": [{
+        "deployment_id": 1, "deployment_slug": "cap-0", "version_id": None,
+        "base_url": f"http://127.0.0.1:{engine_port}/v1", "engine_model": MODEL, "weight": 1,
+        "pool": "online", "status": "RUNNING", "max_inflight": limit,
+    }]}}}  # fmt: skip
+    r = redis.Redis.from_url(redis_url)
+    try:
+        version = 0
+        for section, data in (("tenancy", tenancy), ("routes", routes)):
+            version = publish_section(r, prefix=prefix, section=section, data=data)
+        return version
+    finally:
+        r.close()
+
+
+async def one(client: httpx.AsyncClient, url: str, cls: str, a, out: list) -> None:
+    body = {"model": MODEL, "max_tokens": a.tokens, "stream": True, "ignore_eos": True,
+            "messages": [{"role": "user", "content": "hello there"}]}  # fmt: skip
+    started = time.perf_counter()
+    rec = {"class": cls, "status": 0, "ttft_ms": None, "outcome": "timeout"}
+    try:
+        async with asyncio.timeout(a.timeout):
+            async with client.stream(
+                "POST", url, json=body, headers={"authorization": "Bearer " + SECRETS[cls]}
+            ) as r:
+                rec["status"] = r.status_code
+                if r.status_code != 200:
+                    await r.aread()
+                    rec["outcome"] = (
+                        "shed" if r.status_code == 503 and b"overloaded" in r.content else "error"
+                    )
+                    out.append(rec)
+                    return
+                async for chunk in r.aiter_bytes():
+                    if rec["ttft_ms"] is None and b'"content"' in chunk:
+                        rec["ttft_ms"] = (time.perf_counter() - started) * 1000
+                rec["outcome"] = "served"
+    except TimeoutError:
+        rec["outcome"] = "timeout"
+    except httpx.HTTPError:
+        rec["outcome"] = "error"
+    out.append(rec)
+
+
+async def drive(port: int, a, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    out: list[dict] = []
+    limits = httpx.Limits(max_connections=4000, max_keepalive_connections=500)
+    async with httpx.AsyncClient(limits=limits, timeout=a.timeout + 5) as client:
+        tasks = []
+        start = time.perf_counter()
+        at = 0.0
+        classes, weights = list(MIX), list(MIX.values())
+        while at < a.duration:
+            delay = start + at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(client, url, rng.choices(classes, weights)[0], a, out)))
+            at += rng.expovariate(a.rate)
+        await asyncio.gather(*tasks)
+    return out
+
+
+def per_class(records: list[dict], sla_ms: float) -> dict:
+    rows = {}
+    for cls in MIX:
+        rs = [r for r in records if r["class"] == cls]
+        good = [
+            r for r in rs if r["outcome"] == "served" and r["ttft_ms"] is not None and r["ttft_ms"] <= sla_ms
+        ]
+        ttfts = sorted(r["ttft_ms"] for r in rs if r["outcome"] == "served" and r["ttft_ms"] is not None)
+        rows[cls] = {
+            "offered": len(rs),
+            "served": sum(r["outcome"] == "served" for r in rs),
+            "shed": sum(r["outcome"] == "shed" for r in rs),
+            "timed_out": sum(r["outcome"] == "timeout" for r in rs),
+            "errors": sum(r["outcome"] == "error" for r in rs),
+            "sla_met": len(good),
+            "attainment": len(good) / len(rs) if rs else None,
+            "ttft_p95_ms": ttfts[int(0.95 * (len(ttfts) - 1))] if ttfts else None,
+        }
+    return rows
+
+
+def run_once(a, *, admission: bool, seed: int) -> dict:
+    prefix = f"capbench-{uuid.uuid4().hex[:8]}:"
+    work = Path(tempfile.mkdtemp(prefix="capbench-"))
+    procs = []
+    try:
+        engine, engine_port = start_engine(a, work)
+        procs.append(engine)
+        gw, port = start_gateway(a.redis_url, prefix, work, GATEWAY_ADMISSION="1" if admission else "0")
+        procs.append(gw)
+        version = publish(a.redis_url, prefix, engine_port, a.max_num_seqs)
+        wait_snapshot(port, version)
+        pid = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=30).json()["pid"]
+        cpu0 = cpu_seconds(pid)
+        t0 = time.perf_counter()
+        records = asyncio.run(drive(port, a, seed))
+        wall = time.perf_counter() - t0
+        cpu = cpu_seconds(pid) - cpu0
+        answered = sum(r["outcome"] in ("served", "shed", "error") for r in records)
+        return {
+            "admission": admission,
+            "wall_s": wall,
+            "requests": len(records),
+            "classes": per_class(records, a.sla_ttft_ms),
+            "gateway_cpu_ms_per_request": cpu * 1000 / answered if answered else None,
+        }
+    finally:
+        _tear_down(procs, a.redis_url, prefix, work)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", type=Path)
+    p.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of offered load per run")
+    p.add_argument("--overload", type=float, default=3.0, help="offered load as a multiple of capacity")
+    p.add_argument("--max-num-seqs", type=int, default=8)
+    p.add_argument("--ttft-ms", type=float, default=50.0)
+    p.add_argument("--tpot-ms", type=float, default=10.0)
+    p.add_argument("--tokens", type=int, default=16)
+    p.add_argument("--sla-ttft-ms", type=float, default=500.0)
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds a client waits for its whole answer")
+    p.add_argument("--seed", type=int, default=2026)
+    add_smoke_flag(p, duration=3.0, timeout=5.0)
+    a = apply_smoke(p.parse_args(argv))
+    capacity_rps = a.max_num_seqs / ((a.ttft_ms + a.tpot_ms * (a.tokens - 1)) / 1000)
+    a.rate = capacity_rps * a.overload
+    conditions = {
+        "cpus": os.cpu_count(), "load_avg_before": os.getloadavg(), "capacity_rps": capacity_rps,
+        "offered_rps": a.rate, "duration_s": a.duration, "mix": MIX, "max_num_seqs": a.max_num_seqs,
+        "engine": f"engines.server fixed timing: TTFT {a.ttft_ms:g} ms, TPOT {a.tpot_ms:g} ms, {a.tokens} tokens",
+        "sla": f"served and TTFT <= {a.sla_ttft_ms:g} ms", "client_timeout_s": a.timeout,
+        "gateway": "python -m gateway, 1 worker; admission limit = max_num_seqs",
+    }  # fmt: skip
+    on = run_once(a, admission=True, seed=a.seed)
+    off = run_once(a, admission=False, seed=a.seed)
+    conditions["load_avg_after"] = os.getloadavg()
+    cpu_on, cpu_off = on["gateway_cpu_ms_per_request"], off["gateway_cpu_ms_per_request"]
+    figures = {
+        "smoke": bool(a.smoke),
+        "interactive_attainment": on["classes"]["interactive"]["attainment"],
+        "interactive_attainment_without_admission": off["classes"]["interactive"]["attainment"],
+        "gateway_cpu_ms_per_request": cpu_on,
+        "gateway_cpu_ms_per_request_without_admission": cpu_off,
+        "cpu_ratio": cpu_on / cpu_off if cpu_on and cpu_off else None,
+        "with_admission": on,
+        "without_admission": off,
+        "conditions": conditions,
+    }
+    print(f"overload: {a.rate:.1f} req/s offered = {a.overload:g}x capacity {capacity_rps:.1f} req/s, "
+          f"{a.duration:g} s, mix {MIX}")  # fmt: skip
+    print(
+        f"{'':12}{'class':12}{'offered':>8}{'served':>8}{'shed':>6}{'timeout':>8}{'SLA met':>8}{'attain':>8}{'TTFT p95':>10}"
+    )
+    for run in (on, off):
+        label = "admission" if run["admission"] else "no admission"
+        for cls, r in run["classes"].items():
+            att = f"{r['attainment']:.3f}" if r["attainment"] is not None else "-"
+            p95 = f"{r['ttft_p95_ms']:.0f} ms" if r["ttft_p95_ms"] is not None else "-"
+            print(f"{label:12}{cls:12}{r['offered']:>8}{r['served']:>8}{r['shed']:>6}{r['timed_out']:>8}"
+                  f"{r['sla_met']:>8}{att:>8}{p95:>10}")  # fmt: skip
+            label = ""
+        print(f"{'':12}gateway CPU {run['gateway_cpu_ms_per_request']:.3f} ms/request")
+    print(f"conditions: {conditions}")
+    if a.json:
+        a.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
