@@ -211,3 +211,27 @@ def test_responses_without_a_limit_get_the_gateways_bound(env):
     r = env["client"].responses.create(model="sim-llama", input="Go on.")
     assert r.max_output_tokens is not None  # the gateway set one, so the hold was bounded
     assert r.usage.output_tokens <= r.max_output_tokens
+
+
+# --- traffic classes (ADR 0035) ------------------------------------------------------------------
+
+
+def test_the_sdks_service_tier_lowers_a_requests_class_and_cannot_raise_it(env):
+    client = env["client"]
+    raw = client.chat.completions.with_raw_response.create(
+        model="sim-llama", messages=[{"role": "user", "content": "hi"}], max_tokens=3, service_tier="flex"
+    )
+    assert raw.headers["x-governor-traffic-class"] == "sheddable" and raw.parse().choices[0].message.content
+    with pytest.raises(openai.PermissionDeniedError) as exc:
+        client.chat.completions.create(
+            model="sim-llama",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=3,
+            service_tier="priority",
+        )
+    assert exc.value.body["code"] == "traffic_class_not_allowed"
+    stream = client.chat.completions.create(
+        model="sim-llama", messages=[{"role": "user", "content": "hi"}], max_tokens=3, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert [e.traffic_class for e in _events(env["gateway"], 2)] == ["sheddable", "standard"]
