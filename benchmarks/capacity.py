@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", type=Path)
     p.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
-    p.add_argument("--duration", type=float, default=60.0, help="seconds of offered load per run")
+    p.add_argument("--duration", type=float, default=120.0, help="seconds of offered load per run")
     p.add_argument("--overload", type=float, default=3.0, help="offered load as a multiple of capacity")
     p.add_argument("--max-num-seqs", type=int, default=8)
     p.add_argument("--ttft-ms", type=float, default=50.0)

@@ -145,8 +145,9 @@ class Deployment(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(100_000)],
         help_text="Requests the gateways send it at once; beyond, they queue by traffic class and shed "
         "sheddable first. Empty: its measured capacity (the concurrency at which its SLA held in its "
-        "latest measured capacity benchmark), or no limit before one.",
+        "latest measured capacity benchmark, per replica, times the replicas running), or no limit before one.",
     )
+    # Per replica: the capacity benchmark's in-flight figure over the replicas it ran on.
     capacity_inflight = models.PositiveIntegerField(null=True, blank=True, editable=False)
     capacity_run_id = models.BigIntegerField(null=True, blank=True, editable=False)
 
@@ -194,8 +195,14 @@ class Deployment(models.Model):
 
     @property
     def admission_limit(self) -> int | None:
-        """The in-flight limit the gateways apply: the operator's, else the measured capacity's."""
-        return self.max_inflight or self.capacity_inflight
+        """The in-flight limit the gateways apply: the operator's, else the measured capacity per
+        replica times the replicas Ray last reported running (at least one), so the limit follows an
+        autoscaled deployment up and a lost replica down."""
+        if self.max_inflight:
+            return self.max_inflight
+        if self.capacity_inflight:
+            return self.capacity_inflight * max(self.running_replicas or 0, 1)
+        return None
 
     @property
     def display_status(self) -> str:

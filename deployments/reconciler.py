@@ -294,6 +294,13 @@ def _store_observation(details: dict, *, invalid: dict[int, str], rejected: str)
             # The first word from Ray since the platform started: the status was already stored but
             # read UNKNOWN (and the gateway did not route to it); publish so it routes again.
             changed = True
+        elif (
+            d.capacity_inflight
+            and not d.max_inflight
+            and fields.get("running_replicas", 0) != d.running_replicas
+        ):
+            # Its admission limit is per replica (Deployment.admission_limit): the gateways must know.
+            changed = True
         _apply(d, fields)
         if fields["status"] in TRANSITIONAL or any(
             dep["status"] in RAY_MOVING for dep in fields.get("ray_deployments") or []

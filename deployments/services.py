@@ -527,14 +527,20 @@ def deployment_admission_set(
 
 @transaction.atomic
 def deployment_capacity_record(*, deployment_id: int, inflight: int, run_id: int) -> Deployment | None:
-    """A measured capacity benchmark of the deployment found the concurrency at which its SLA held:
-    that is its default admission limit from now on (the operator's ``max_inflight`` still wins)."""
+    """A measured capacity benchmark of the deployment found the concurrency at which its SLA held
+    (``inflight``, over the replicas running now): per replica, that is its default admission limit
+    from now on (``Deployment.admission_limit``; the operator's ``max_inflight`` still wins)."""
     d = Deployment.objects.select_for_update().filter(pk=deployment_id, deleted_at__isnull=True).first()
-    if d is None or inflight < 1 or (d.capacity_inflight, d.capacity_run_id) == (inflight, run_id):
+    if d is None or inflight < 1:
+        return d
+    replicas = max(d.running_replicas or 0, 1)
+    per_replica = max(1, -(-inflight // replicas))
+    if (d.capacity_inflight, d.capacity_run_id) == (per_replica, run_id):
         return d
     before = {"capacity_inflight": d.capacity_inflight, "capacity_run_id": d.capacity_run_id}
-    d.capacity_inflight, d.capacity_run_id = inflight, run_id
+    d.capacity_inflight, d.capacity_run_id = per_replica, run_id
     d.save(update_fields=["capacity_inflight", "capacity_run_id", "updated_at"])
-    _changed(d, EventKind.ADMISSION, None, f"measured capacity: {inflight} in flight (benchmark #{run_id})",
-             before, {"capacity_inflight": inflight, "capacity_run_id": run_id})  # fmt: skip
+    _changed(d, EventKind.ADMISSION, None,
+             f"measured capacity: {inflight} in flight on {replicas} replica(s), {per_replica} per replica "
+             f"(benchmark #{run_id})", before, {"capacity_inflight": per_replica, "capacity_run_id": run_id})  # fmt: skip
     return d

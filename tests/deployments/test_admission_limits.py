@@ -55,6 +55,18 @@ def test_measured_capacity_sets_the_limit_an_operator_overrides_and_the_gateway_
     assert actions.count("deployment.admission") == 4
 
 
+def test_the_measured_limit_is_per_replica_and_follows_the_replicas_running():
+    d = DeploymentFactory(status="RUNNING", running_replicas=2)
+    RouteTargetFactory(deployment=d, route__public_name="m-2")
+    deployment_capacity_record(deployment_id=d.pk, inflight=13, run_id=7)  # 13 on 2 replicas: 7 each
+    d.refresh_from_db()
+    assert d.capacity_inflight == 7 and routing_table()["m-2"]["targets"][0]["max_inflight"] == 14
+    for running, limit in ((4, 28), (1, 7), (0, 7)):  # scaled up; a replica lost; none reported yet
+        d.running_replicas = running
+        d.save(update_fields=["running_replicas"])
+        assert routing_table()["m-2"]["targets"][0]["max_inflight"] == limit
+
+
 @pytest.mark.parametrize("bad", [0, 100_001])
 def test_a_limit_out_of_range_is_refused_and_nothing_changes(admin_user, bad):
     d = DeploymentFactory(status="RUNNING")
@@ -93,7 +105,10 @@ def test_the_deployment_page_says_where_its_limit_comes_from(admin_client, admin
     assert "No limit: no measured capacity benchmark yet" in page
     deployment_capacity_record(deployment_id=d.pk, inflight=12, run_id=41)
     page = admin_client.get(d.get_absolute_url()).content.decode()
-    assert "<strong>12</strong> requests in flight" in page and "benchmark #41" in page
+    assert "<strong>12</strong> requests in flight: 12 per replica" in page and "benchmark #41" in page
     deployment_admission_set(deployment=d, max_inflight=5, actor=admin_user)
     page = admin_client.get(d.get_absolute_url()).content.decode()
-    assert "<strong>5</strong> requests in flight, set by an operator (measured capacity: 12)" in page
+    assert (
+        "<strong>5</strong> requests in flight, set by an operator (measured capacity: 12 per replica)"
+        in page
+    )

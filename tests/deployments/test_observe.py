@@ -110,3 +110,27 @@ def test_a_reused_slug_belongs_to_the_new_deployment():
     old.refresh_from_db()
     new.refresh_from_db()
     assert (old.status, new.status) == ("DELETED", "RUNNING")
+
+
+def test_a_replica_count_change_republishes_routes_when_the_admission_limit_is_per_replica(monkeypatch):
+    """The measured admission limit is per replica (ADR 0035): when Ray reports another count of
+    running replicas, the gateways are told the new limit; a limit set by an operator does not move."""
+    from deployments import reconciler
+
+    published: list[str] = []
+    monkeypatch.setattr(reconciler, "_publish_routes", lambda *a, **k: published.append("routes"))
+    measured = DeploymentFactory(slug="a", status="RUNNING", running_replicas=1, capacity_inflight=6)
+    fixed = DeploymentFactory(
+        slug="b", status="RUNNING", running_replicas=1, capacity_inflight=6, max_inflight=4
+    )
+    apps = {"a": ray_app("RUNNING"), "b": ray_app("RUNNING")}
+    _store_observation({"applications": apps}, invalid={}, rejected="")
+    assert published == []
+    apps["b"] = ray_app("RUNNING", replicas=("RUNNING", "RUNNING"))
+    _store_observation({"applications": apps}, invalid={}, rejected="")
+    assert published == []  # the operator's limit does not depend on replicas
+    apps["a"] = ray_app("RUNNING", replicas=("RUNNING", "RUNNING"))
+    _store_observation({"applications": apps}, invalid={}, rejected="")
+    measured.refresh_from_db()
+    fixed.refresh_from_db()
+    assert published == ["routes"] and measured.admission_limit == 12 and fixed.admission_limit == 4
