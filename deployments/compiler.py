@@ -130,7 +130,7 @@ def autoscaling_config(deployment: Deployment) -> dict:
         return {
             "min_replicas": deployment.min_replicas,
             "max_replicas": deployment.max_replicas,
-            "target_ongoing_requests": deployment.target_ongoing_requests,
+            "target_ongoing_requests": deployment.autoscaling_target,
         }
     return {"min_replicas": deployment.num_replicas, "max_replicas": deployment.num_replicas}
 

@@ -56,7 +56,9 @@ class ScaleForm(BootstrapMixin, forms.Form):
     num_replicas = forms.IntegerField(min_value=1, max_value=64, required=False)
     min_replicas = forms.IntegerField(min_value=0, max_value=64, required=False)
     max_replicas = forms.IntegerField(min_value=1, max_value=64, required=False)
-    target_ongoing_requests = forms.IntegerField(min_value=1, required=False)
+    target_ongoing_requests = forms.IntegerField(
+        min_value=0, required=False, help_text="Per replica; 0: 80 % of its measured capacity per replica"
+    )
 
     def clean(self):
         cleaned = super().clean()

@@ -41,6 +41,13 @@ public_name_validator = RegexValidator(
 )
 
 
+# Ray Serve's autoscaling target per replica when a deployment asks for one from its measured
+# capacity (target_ongoing_requests = 0) before it has one; and the share of that capacity it aims at,
+# so replicas are added before the admission limit starts queueing requests.
+DEFAULT_TARGET_ONGOING = 32
+TARGET_SHARE_OF_CAPACITY = 0.8
+
+
 class DeploymentQuerySet(models.QuerySet):
     def live(self) -> DeploymentQuerySet:
         """Not deleted (deleted rows stay for their event timeline), and not a rehearsal's (those
@@ -96,7 +103,10 @@ class Deployment(models.Model):
         default=2, validators=[MinValueValidator(1), MaxValueValidator(64)]
     )
     target_ongoing_requests = models.PositiveIntegerField(
-        default=32, validators=[MinValueValidator(1)], help_text="Autoscaling target per replica"
+        default=32,
+        validators=[MinValueValidator(0)],
+        help_text="Autoscaling target per replica; 0: 80 % of its measured capacity per replica "
+        f"(the admission limit's basis), {DEFAULT_TARGET_ONGOING} before a capacity benchmark",
     )
     task = models.CharField(
         max_length=12,
@@ -194,6 +204,16 @@ class Deployment(models.Model):
         return reverse("deployments:detail", args=[self.pk])
 
     @property
+    def autoscaling_target(self) -> int:
+        """Ray Serve's ``target_ongoing_requests``: the operator's, or (0) 80 % of the measured
+        capacity per replica, so Ray adds a replica before the gateways start queueing."""
+        if self.target_ongoing_requests:
+            return self.target_ongoing_requests
+        if self.capacity_inflight:
+            return max(1, int(self.capacity_inflight * TARGET_SHARE_OF_CAPACITY))
+        return DEFAULT_TARGET_ONGOING
+
+    @property
     def admission_limit(self) -> int | None:
         """The in-flight limit the gateways apply: the operator's, else the measured capacity per
         replica times the replicas Ray last reported running (at least one), so the limit follows an
@@ -264,7 +284,10 @@ class Deployment(models.Model):
 
     def replicas_summary(self) -> str:
         if self.scaling_mode == ScalingMode.AUTOSCALING:
-            return f"{self.min_replicas}–{self.max_replicas} (target {self.target_ongoing_requests} ongoing)"
+            derived = " from measured capacity" if not self.target_ongoing_requests else ""
+            return (
+                f"{self.min_replicas}–{self.max_replicas} (target {self.autoscaling_target} ongoing{derived})"
+            )
         return str(self.num_replicas)
 
 

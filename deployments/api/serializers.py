@@ -67,7 +67,9 @@ class ScaleSerializer(serializers.Serializer):
     num_replicas = serializers.IntegerField(min_value=1, max_value=64, required=False)
     min_replicas = serializers.IntegerField(min_value=0, max_value=64, required=False)
     max_replicas = serializers.IntegerField(min_value=1, max_value=64, required=False)
-    target_ongoing_requests = serializers.IntegerField(min_value=1, required=False)
+    target_ongoing_requests = serializers.IntegerField(
+        min_value=0, required=False, help_text="Per replica; 0: 80 % of its measured capacity per replica"
+    )
 
     def validate(self, attrs):
         if attrs["scaling_mode"] == "fixed" and "num_replicas" not in attrs:

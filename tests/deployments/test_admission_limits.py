@@ -112,3 +112,23 @@ def test_the_deployment_page_says_where_its_limit_comes_from(admin_client, admin
         "<strong>5</strong> requests in flight, set by an operator (measured capacity: 12 per replica)"
         in page
     )
+
+
+def test_an_autoscaled_deployment_can_aim_at_its_measured_capacity(admin_user):
+    """Ray Serve's target per replica: the operator's, or (0) 80 % of the measured capacity per
+    replica, so Ray adds a replica before the gateways start queueing; 32 before a benchmark."""
+    from deployments.compiler import autoscaling_config
+    from deployments.services import deployment_scale
+
+    d = DeploymentFactory(status="RUNNING", running_replicas=1)
+    d = deployment_scale(deployment=d, actor=admin_user, scaling_mode="autoscaling", min_replicas=1,
+                         max_replicas=4, target_ongoing_requests=0)  # fmt: skip
+    assert autoscaling_config(d)["target_ongoing_requests"] == 32
+    assert d.replicas_summary() == "1–4 (target 32 ongoing from measured capacity)"
+    deployment_capacity_record(deployment_id=d.pk, inflight=10, run_id=3)
+    d.refresh_from_db()
+    assert autoscaling_config(d) == {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 8}
+    d = deployment_scale(
+        deployment=d, actor=admin_user, scaling_mode="autoscaling", target_ongoing_requests=5
+    )
+    assert autoscaling_config(d)["target_ongoing_requests"] == 5
