@@ -90,6 +90,7 @@ class EventKind(models.TextChoices):
     ERROR = "error", "error"
     FAULTS = "faults", "faults changed"
     ADMISSION = "admission", "admission limit"
+    REPLICAS = "replicas", "replicas running"
 
 
 # Ray's accelerator_type names (ray.util.accelerators) for the catalog's GPU names. A GPU whose

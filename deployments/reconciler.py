@@ -345,6 +345,25 @@ def _apply(d: Deployment, fields: dict) -> None:
                 "running_replicas": fields.get("running_replicas", d.running_replicas),
             },
         )
+    elif (
+        "running_replicas" in fields
+        and fields["running_replicas"] != d.running_replicas
+        and after
+        in (
+            Status.RUNNING,
+            Status.UNHEALTHY,
+            Status.DEPLOYING,
+        )
+    ):
+        # Ray added or removed replicas (an autoscaler, a lost one): GPU-hours and the planner read
+        # the replicas held over time from these (deployments.selectors.gpu_hours).
+        DeploymentEvent.objects.create(
+            deployment=d,
+            kind=EventKind.REPLICAS,
+            message=f"replicas running {d.running_replicas} → {fields['running_replicas']}",
+            before={"status": after, "running_replicas": d.running_replicas},
+            after={"status": after, "running_replicas": fields["running_replicas"]},
+        )
     elif fields.get("last_error") and fields.get("last_error") != d.last_error:
         DeploymentEvent.objects.create(
             deployment=d, kind=EventKind.ERROR, message=fields["last_error"][:20000], after={"status": after}

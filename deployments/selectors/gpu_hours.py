@@ -66,7 +66,8 @@ def deployment_gpu_spans(*, until: dt.datetime) -> tuple[dict[int, Deployment], 
     # A rehearsal's deployments are simulated: they never held a GPU.
     deployments = {d.pk: d for d in Deployment.objects.filter(rehearsal=False).select_related("gpu_type")}
     events: dict[int, list[DeploymentEvent]] = defaultdict(list)
-    for e in DeploymentEvent.objects.filter(kind=EventKind.STATUS, created_at__lt=until).order_by(
+    kinds = (EventKind.STATUS, EventKind.REPLICAS)  # a replica count moving splits a span
+    for e in DeploymentEvent.objects.filter(kind__in=kinds, created_at__lt=until).order_by(
         "created_at", "id"
     ):
         events[e.deployment_id].append(e)

@@ -134,3 +134,29 @@ def test_a_replica_count_change_republishes_routes_when_the_admission_limit_is_p
     measured.refresh_from_db()
     fixed.refresh_from_db()
     assert published == ["routes"] and measured.admission_limit == 12 and fixed.admission_limit == 4
+
+
+def test_replicas_added_and_lost_while_running_are_recorded_and_counted_in_gpu_hours():
+    """An autoscaler adding a replica (or Ray losing one) while the status stays RUNNING: a
+    ``replicas`` event, and GPU-hours count the GPUs held on each side of it."""
+    import datetime as dt
+
+    from deployments.models import DeploymentEvent
+    from deployments.selectors.gpu_hours import deployment_gpu_spans
+
+    d = DeploymentFactory(slug="a")
+    _store_observation({"applications": {"a": ray_app("RUNNING")}}, invalid={}, rejected="")
+    _store_observation({"applications": {"a": ray_app("RUNNING", replicas=("RUNNING",) * 3)}}, invalid={},
+                       rejected="")  # fmt: skip
+    _store_observation({"applications": {"a": ray_app("RUNNING", replicas=("RUNNING", "RUNNING"))}}, invalid={},
+                       rejected="")  # fmt: skip
+    moves = [(e.before["running_replicas"], e.after["running_replicas"]) for e in
+             DeploymentEvent.objects.filter(deployment=d, kind="replicas").order_by("id")]  # fmt: skip
+    assert moves == [(1, 3), (3, 2)] and d.events.filter(kind="status").count() == 1
+    _, spans = deployment_gpu_spans(until=timezone.now() + dt.timedelta(hours=1))
+    per_replica = d.gpus_per_replica
+    assert [s.gpus for s in spans if s.deployment_id == d.pk] == [
+        per_replica,
+        3 * per_replica,
+        2 * per_replica,
+    ]
