@@ -73,6 +73,11 @@ class Gate:
     def room_for(self, rank: int, shares: tuple[float, ...]) -> bool:
         return self.inflight < max(1, math.floor(self.limit * shares[rank]))
 
+    def admits(self, rank: int, shares: tuple[float, ...]) -> bool:
+        """Room for class ``rank`` now, and nobody as important or more waits for it (the heap's top
+        is the most important waiter: less important ones, held back by their share, do not block)."""
+        return self.room_for(rank, shares) and (not self.waiters or self.waiters[0][0] > rank)
+
 
 class Slot:
     """A place in a gate, held from admission to the end of forwarding; ``release`` is idempotent."""
@@ -132,9 +137,9 @@ class AdmissionController:
         if gate is None:
             return FREE, target
         rank = CLASS_RANK[traffic_class]
-        if not gate.waiters and gate.room_for(rank, self.shares):
+        if gate.admits(rank, self.shares):
             return self._take(gate, rank), target
-        # Full for this class here (or others wait first): another deployment of the route with room.
+        # Full for this class here (or more important requests wait): another deployment with room.
         best = None
         for t in candidates:
             if t is target or t.deployment_id == target.deployment_id:
@@ -142,7 +147,7 @@ class AdmissionController:
             g = self.gate(t)
             if g is None:
                 return FREE, t
-            if not g.waiters and g.room_for(rank, self.shares):
+            if g.admits(rank, self.shares):
                 load = g.inflight / g.limit
                 if best is None or load < best[0]:
                     best = (load, g, t)

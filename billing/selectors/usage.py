@@ -11,6 +11,7 @@ from billing.models import (
     NANOS_PER_USD,
     UsageEvent,
 )
+from snapshot.contract import CLASS_RANK
 
 
 def usage_events(
@@ -64,8 +65,6 @@ def usage_by_class(*, events: QuerySet[UsageEvent]) -> list[dict]:
     """Requests, refusals and cost per traffic class of a filtered set of events, most important
     class first. ``shed``: requests the gateway's admission control refused under load (their
     ``error_type`` starts with ``shed``: ``gateway.admission``)."""
-    from snapshot.contract import CLASS_RANK
-
     rows = (
         events.order_by()
         .values("traffic_class")

@@ -179,6 +179,23 @@ async def test_no_lower_class_is_admitted_while_an_interactive_request_waits():
     assert ac.gates[1].inflight == 0 and not ac.gates[1].waiters
 
 
+async def test_less_important_waiters_do_not_hold_back_a_request_that_has_room():
+    ac = AdmissionController(wait_s=LONG)
+    t = _target(1, 8)  # sheddable may fill 6
+    held = [await ac.acquire(t, [t], "sheddable") for _ in range(6)]
+    waiting = asyncio.create_task(ac.acquire(t, [t], "sheddable"))
+    await asyncio.sleep(0)
+    assert len(ac.gates[1].waiters) == 1
+    slot, _ = await asyncio.wait_for(ac.acquire(t, [t], "interactive"), 1)  # not queued behind it
+    assert ac.gates[1].inflight == 7 and not waiting.done()
+    slot.release()
+    held[0][0].release()
+    got, _ = await waiting
+    for s in (got, *(h[0] for h in held[1:])):
+        s.release()
+    assert ac.gates[1].inflight == 0
+
+
 async def test_a_full_deployment_sends_the_request_to_another_with_room():
     ac = AdmissionController(shares=FLAT, wait_s=LONG)
     a, b = _target(1, 1), _target(2, 3)
