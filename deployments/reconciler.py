@@ -32,6 +32,7 @@ from deployments.compiler import (
 from deployments.constants import RAY_APP_STATUS, TRANSITIONAL, DesiredState, EventKind, Status
 from deployments.models import Deployment, DeploymentEvent, ReconcileRun
 from deployments.ray_client import RayRejected, RayUnreachable
+from deployments.selectors.gpu_hours import GPU_HOLDING_STATUSES
 from events.services import emit
 
 log = logging.getLogger(__name__)
@@ -348,12 +349,7 @@ def _apply(d: Deployment, fields: dict) -> None:
     elif (
         "running_replicas" in fields
         and fields["running_replicas"] != d.running_replicas
-        and after
-        in (
-            Status.RUNNING,
-            Status.UNHEALTHY,
-            Status.DEPLOYING,
-        )
+        and after in GPU_HOLDING_STATUSES
     ):
         # Ray added or removed replicas (an autoscaler, a lost one): GPU-hours and the planner read
         # the replicas held over time from these (deployments.selectors.gpu_hours).

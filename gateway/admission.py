@@ -157,7 +157,7 @@ class AdmissionController:
         if wait > 0 and await self._wait(gate, rank, wait):
             return Slot(self, gate), target
         gate.shed += 1
-        return shed_reply(traffic_class, target, wait)
+        return shed_reply(traffic_class, wait)
 
     async def _wait(self, gate: Gate, rank: int, wait: float) -> bool:
         """Queue on ``gate`` for up to ``wait`` seconds; True when ``_drain`` counted this request in."""
@@ -211,7 +211,7 @@ class AdmissionController:
         }  # fmt: skip
 
 
-def shed_reply(traffic_class: str, target: Target, waited_s: float) -> Reply:
+def shed_reply(traffic_class: str, waited_s: float) -> Reply:
     retry = RETRY_AFTER_S[traffic_class]
     return error_reply(
         503,

@@ -20,6 +20,7 @@ from django.utils import timezone
 from audit.services import audit_record
 from core.lifecycle import Heartbeat, run_cancel, run_claim, run_fail, run_finish, run_report
 from core.runs import RunStatus
+from deployments.services import deployment_capacity_record
 from engines.workload import Workload
 from evaluations import schemas
 from evaluations.constants import (
@@ -509,8 +510,6 @@ def benchmark_run_execute(*, run_id: int, on_progress=None) -> BenchmarkRun:
     run.refresh_from_db()
     inflight = capacity_inflight(results)
     if run.kind == RunKind.MEASURED and run.deployment_id and inflight and not results["client_bound"]:
-        from deployments.services import deployment_capacity_record
-
         deployment_capacity_record(deployment_id=run.deployment_id, inflight=inflight, run_id=run.pk)
     return run
 
