@@ -16,6 +16,11 @@ Per traffic class (``snapshot.contract.TRAFFIC_CLASSES``):
   by default) is **shed**: 503 ``overloaded`` with ``Retry-After``, committed like any admitted
   request (no cost, ``error_type`` ``shed_<class>``), so each refusal is metered with its reason.
 
+What the engines report counts too (``gateway.engine_signals``): a deployment whose engine queues
+more than a few requests or has filled most of its KV cache is **saturated**, and takes no
+sheddable traffic until it recovers, whatever its in-flight count (a deployment without a limit
+gets a gate for as long as it is saturated).
+
 Before waiting, a request full on its picked deployment moves to another healthy deployment of its
 candidates that has room for its class (the least loaded). The controller is per process and pure
 asyncio: a gate is a counter and a heap.
@@ -34,12 +39,16 @@ from gateway.replies import Reply, error_reply
 from snapshot.contract import CLASS_RANK, TRAFFIC_CLASSES
 
 if TYPE_CHECKING:
+    from gateway.engine_signals import EngineSignals
     from snapshot.contract import Target
 
 DEFAULT_SHARES = {"interactive": 1.0, "standard": 0.9, "sheddable": 0.75}
 DEFAULT_WAIT_S = {"interactive": 10.0, "standard": 2.0, "sheddable": 0.5}
 # What a shed client is told to wait before retrying, per class: a batch client can come back later.
 RETRY_AFTER_S = {"interactive": 1, "standard": 2, "sheddable": 10}
+# The classes a saturated engine refuses (the Inference Extension sheds only sheddable requests).
+HELD_BY_SATURATION = CLASS_RANK["sheddable"]
+UNLIMITED = 1 << 30  # the limit of a gate that exists only because its engine is saturated
 
 
 def parse_per_class(raw: str, default: dict[str, float], *, what: str) -> dict[str, float]:
@@ -69,8 +78,11 @@ class Gate:
     waiters: list = field(default_factory=list)  # heap of (rank, seq, future)
     shed: int = 0
     admitted: int = 0
+    saturated: bool = False  # its engine says so (gateway.engine_signals)
 
     def room_for(self, rank: int, shares: tuple[float, ...]) -> bool:
+        if self.saturated and rank >= HELD_BY_SATURATION:
+            return False
         return self.inflight < max(1, math.floor(self.limit * shares[rank]))
 
     def admits(self, rank: int, shares: tuple[float, ...]) -> bool:
@@ -106,8 +118,10 @@ class AdmissionController:
         workers: int = 1,
         shares: dict[str, float] | None = None,
         wait_s: dict[str, float] | None = None,
+        signals: EngineSignals | None = None,
     ) -> None:
         self.workers = max(1, workers)
+        self.signals = signals
         s = shares or DEFAULT_SHARES
         w = wait_s or DEFAULT_WAIT_S
         self.shares = tuple(s[c] for c in TRAFFIC_CLASSES)
@@ -116,18 +130,30 @@ class AdmissionController:
         self._seq = itertools.count()
 
     def gate(self, target: Target) -> Gate | None:
-        """This worker's gate for ``target`` (None: no limit). Follows the limit when it changes."""
+        """This worker's gate for ``target`` (None: no limit and an engine that is not saturated).
+        Follows the limit and the engine's saturation when they change."""
         limit = target.max_inflight
-        if not limit:
-            return None
-        share = max(1, -(-limit // self.workers))
+        saturated = self.signals is not None and self.signals.saturated(target.deployment_id)
         g = self.gates.get(target.deployment_id)
+        if not limit and not saturated and (g is None or g.limit == UNLIMITED):
+            if g is not None and g.saturated:
+                g.saturated = False
+                self._drain(g)
+            return None
+        share = max(1, -(-limit // self.workers)) if limit else UNLIMITED
         if g is None:
-            g = self.gates[target.deployment_id] = Gate(share)
-        elif g.limit != share:
-            g.limit = share
+            g = self.gates[target.deployment_id] = Gate(share, saturated=saturated)
+        elif g.limit != share or g.saturated != saturated:
+            g.limit, g.saturated = share, saturated
             self._drain(g)
         return g
+
+    def relieve(self, deployment_id: int) -> None:
+        """The engine of ``deployment_id`` is no longer saturated: its waiters may go now."""
+        g = self.gates.get(deployment_id)
+        if g is not None and g.saturated:
+            g.saturated = False
+            self._drain(g)
 
     async def acquire(
         self, target: Target, candidates: list[Target], traffic_class: str
@@ -206,7 +232,7 @@ class AdmissionController:
         """Per deployment: this worker's limit, in flight, waiting, admitted and shed so far."""
         return {
             d: {"limit": g.limit, "inflight": g.inflight, "waiting": len(g.waiters), "admitted": g.admitted,
-                "shed": g.shed}
+                "shed": g.shed, "saturated": g.saturated}
             for d, g in self.gates.items()
         }  # fmt: skip
 

@@ -23,6 +23,7 @@ from asgistream import BodyPusher, TaskPusher
 from gateway import metrics as m
 from gateway.admission import DEFAULT_SHARES, DEFAULT_WAIT_S, AdmissionController, parse_per_class
 from gateway.config import CHOICES, GatewayConfig, load_config
+from gateway.engine_signals import EngineSignals
 from gateway.hooks import Hooks, load_hooks
 from gateway.ledger import Ledger
 from gateway.limits import Limiter
@@ -60,6 +61,7 @@ class Gateway:
         self.ledger: Ledger | None = None
         self.pipeline = Pipeline()
         self.admission: AdmissionController | None = None
+        self.signals: EngineSignals | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -107,8 +109,18 @@ class Gateway:
         for name, value in self.pieces().items():
             if value != CHOICES[name][0]:
                 log.warning("%s=%s: running with the library instead of %s", name, value, CHOICES[name][0])
+        if cfg.admission and cfg.engine_signals:
+            self.signals = EngineSignals(
+                self.redis,
+                cfg.key_prefix,
+                worker_id,
+                interval_s=cfg.engine_scrape_s,
+                queue_threshold=cfg.saturation_queue,
+                kv_threshold=cfg.saturation_kv,
+            )
         if cfg.admission:
             self.admission = AdmissionController(
+                signals=self.signals,
                 workers=cfg.workers,
                 shares=parse_per_class(cfg.admission_shares, DEFAULT_SHARES, what="GATEWAY_ADMISSION_SHARES"),
                 wait_s=parse_per_class(cfg.admission_wait_s, DEFAULT_WAIT_S, what="GATEWAY_ADMISSION_WAIT_S"),
@@ -121,6 +133,19 @@ class Gateway:
             loop.create_task(self.snapshots.run_subscribe()),
             loop.create_task(self.ledger.run()),
         ]
+        if self.signals is not None:
+            self._tasks.append(loop.create_task(self.signals.run(self._targets, self._relieve)))
+
+    def _relieve(self, deployment_id: int) -> None:
+        if self.admission is not None:
+            self.admission.relieve(deployment_id)
+
+    def _targets(self):
+        """Every target of the snapshot in force (what the engine signals scrape)."""
+        snap = self.snapshots.current if self.snapshots else None
+        if snap is None:
+            return ()
+        return (t for route in snap.routes.values() for t in route.targets)
 
     async def shutdown(self) -> None:
         if self.snapshots:
@@ -134,6 +159,8 @@ class Gateway:
             await self.spool.close()
         if self.shipper:
             await asyncio.get_running_loop().run_in_executor(None, self.shipper.stop)
+        if self.signals:
+            await self.signals.close()
         if self.http:
             await self.http.close()
         if self.redis:

@@ -49,6 +49,13 @@ class GatewayConfig:
     workers: int = 1
     admission_shares: str = ""
     admission_wait_s: str = ""
+    # What the engines report (gateway.engine_signals): scraped every engine_scrape_s; a deployment
+    # whose engine queues more than saturation_queue requests or uses more than saturation_kv of its
+    # KV cache takes no sheddable traffic.
+    engine_signals: bool = True
+    engine_scrape_s: float = 0.5
+    saturation_queue: float = 5
+    saturation_kv: float = 0.8
 
 
 # Each setting's choices: the hand-tuned piece first (the default), then the library it replaced.
@@ -110,4 +117,8 @@ def load_config() -> GatewayConfig:
         # seconds each may wait for room before it is shed. Empty: the defaults in gateway.admission.
         admission_shares=env_str("GATEWAY_ADMISSION_SHARES", ""),
         admission_wait_s=env_str("GATEWAY_ADMISSION_WAIT_S", ""),
+        engine_signals=env_bool("GATEWAY_ENGINE_SIGNALS", True),
+        engine_scrape_s=env_float("GATEWAY_ENGINE_SCRAPE_S", 0.5),
+        saturation_queue=env_float("GATEWAY_SATURATION_QUEUE", 5.0),
+        saturation_kv=env_float("GATEWAY_SATURATION_KV", 0.8),
     )

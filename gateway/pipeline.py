@@ -61,7 +61,7 @@ class Pipeline:
         forwarding. The slot is given back however forwarding ends."""
         ctx.target = gw.router.pick(ctx.candidates, ctx.sticky)
         slot = None
-        if gw.admission is not None and ctx.target.max_inflight:
+        if gw.admission is not None and (ctx.target.max_inflight or gw.admission.signals is not None):
             got = await gw.admission.acquire(ctx.target, ctx.candidates, ctx.traffic_class)
             if isinstance(got, Reply):
                 await settle.answer(gw, ctx, send, got)

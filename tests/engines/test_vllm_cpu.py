@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engines.tiny_model import HEAD_DIM, MARKER, ensure_tiny_model
+from gateway.engine_signals import metrics_url, parse_engine_metrics
 from tests.support.vllm import MODEL_NAME, require_vllm  # noqa: F401  (require_vllm: re-exported)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,3 +104,9 @@ def test_metrics_use_vllm_names_and_count_the_work(tiny_vllm):
     assert values["vllm:prompt_tokens_total"] > 0
     assert values["vllm:time_to_first_token_seconds_count"] >= 1
     assert values["vllm:e2e_request_latency_seconds_count"] >= 1
+    # The gateway's admission control reads this very page (gateway.engine_signals), found beside
+    # the OpenAI API, and takes the queue and KV usage vLLM reports.
+    assert metrics_url(tiny_vllm.openai_base_url) == f"{tiny_vllm.base_url}/metrics"
+    load = parse_engine_metrics(text, at=0)
+    assert load is not None and load.waiting == values["vllm:num_requests_waiting"] == 0
+    assert load.kv_usage == values["vllm:kv_cache_usage_perc"] and not load.saturated()

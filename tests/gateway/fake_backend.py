@@ -41,6 +41,9 @@ def make_app(
         if scope["path"].endswith("/models"):
             await _json(send, 200, {"object": "list", "data": []})
             return
+        if scope["path"].endswith("/metrics"):  # the gateway's engine-signal scraper: none here
+            await _json(send, 404, {"error": {"message": "no metrics", "type": "not_found"}})
+            return
         if fail_status:
             await _json(send, fail_status, {"error": {"message": "injected", "type": "server_error"}})
             return

@@ -125,12 +125,15 @@ class FakeEngine:
     """OpenAI-shaped answers on a real socket: ``tokens`` tokens, ``PROMPT_TOKENS`` prompt tokens.
     ``fail_status`` answers that status instead; every request's path and JSON body is kept. With
     ``hold`` set to an event, each answer waits for it (``active``/``peak``: requests it holds now, and
-    at most)."""
+    at most). ``GET /metrics`` answers ``metrics_text`` (404 while it is None), outside ``requests``
+    and ``hold``: that is the gateway's engine-signal scraper, not traffic."""
 
     def __init__(self, tokens: int = 4) -> None:
         self.tokens = tokens
         self.fail_status: int | None = None
         self.hold: asyncio.Event | None = None
+        self.metrics_text: str | None = None
+        self.scrapes = 0
         self.active = self.peak = 0
         self.requests: list[tuple[str, dict]] = []
         self.server: asyncio.AbstractServer | None = None
@@ -159,6 +162,16 @@ class FakeEngine:
                     if name.strip().lower() == "content-length":
                         length = int(value)
                 body = orjson.loads(await reader.readexactly(length)) if length else {}
+                if path.endswith("/metrics"):
+                    self.scrapes += 1
+                    text = self.metrics_text
+                    writer.write(
+                        _response(404, b"text/plain", b"no metrics")
+                        if text is None
+                        else _response(200, b"text/plain; version=0.0.4", text.encode())
+                    )
+                    await writer.drain()
+                    continue
                 self.requests.append((path, body))
                 if self.hold is not None:
                     self.active += 1

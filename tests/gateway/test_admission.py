@@ -94,7 +94,14 @@ async def test_each_class_fills_only_its_share_and_then_is_shed_with_retry_after
     assert isinstance(await ac.acquire(t, [t], "standard"), tuple)
     assert isinstance(await ac.acquire(t, [t], "interactive"), tuple)
     assert isinstance(await ac.acquire(t, [t], "standard"), Reply)  # standard's 7 are used
-    assert ac.stats()[1] == {"limit": 8, "inflight": 8, "waiting": 0, "admitted": 8, "shed": 2}
+    assert ac.stats()[1] == {
+        "limit": 8,
+        "inflight": 8,
+        "waiting": 0,
+        "admitted": 8,
+        "shed": 2,
+        "saturated": False,
+    }
     for slot, _ in held:
         slot.release()
         slot.release()  # idempotent
