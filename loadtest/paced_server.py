@@ -76,6 +76,7 @@ class PacedEngine:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.requests_total = 0
+        self.success_total = 0  # streams that ended with their last token (finish_reason), [DONE] sent
 
     def metrics_text(self) -> bytes:
         kv = (self.running / self.max_running) if self.max_running else 0.0
@@ -96,6 +97,12 @@ class PacedEngine:
             f'vllm:prompt_tokens_total{{model_name="{self.model}"}} {self.prompt_tokens_total}',
             "# TYPE vllm:generation_tokens_total counter",
             f'vllm:generation_tokens_total{{model_name="{self.model}"}} {self.generation_tokens_total}',
+            "# TYPE vllm:request_success_total counter",
+            f'vllm:request_success_total{{finished_reason="length",model_name="{self.model}"}} {self.success_total}',
+            # Not a vLLM name: every completion request parsed, faults included (what a load run's
+            # merged records must add up to).
+            "# TYPE paced:requests_received_total counter",
+            f'paced:requests_received_total{{model_name="{self.model}"}} {self.requests_total}',
         ]
         return ("\n".join(lines) + "\n").encode()
 
@@ -197,6 +204,7 @@ class _Stream:
             usage["total_tokens"] = self.prompt_tokens + self.n
             w(self._event({"id": self.rid, "object": "text_completion", "choices": [], "usage": usage}))
         w(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        e.success_total += 1
         self.finish(aborted=False)
 
     def finish(self, *, aborted: bool) -> None:

@@ -44,6 +44,10 @@ class RequestRecord:
     usage_missing: bool = False  # token counts estimated from chunks because the server sent no usage
     error: str = ""  # one of ERROR_TYPES, "" when the request succeeded
     detail: str = ""  # first 200 characters of the error, for the report
+    # Which client process (or Ray actor) sent it, when a stage is spread over several
+    # (``loadtest.distributed``); ``index`` is the request's place in the stage's one schedule, so
+    # (worker, index) says who sent what and merging can prove nothing was lost or sent twice.
+    worker: int = -1
 
     @property
     def ok(self) -> bool:
@@ -87,6 +91,7 @@ class RequestRecord:
             self.usage_missing,
             self.error,
             self.detail,
+            self.worker,
         ]
 
     @classmethod
@@ -101,4 +106,5 @@ class RequestRecord:
             usage_missing=bool(row[6]),
             error=row[7],
             detail=row[8],
+            worker=row[9] if len(row) > 9 else -1,
         )

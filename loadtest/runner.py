@@ -339,22 +339,42 @@ def run_stage(
         notes.append(note)
     records.sort(key=lambda r: r.index)
     offered["processes"] = len(plans)
-    summary = summarize(records, sla=sla, offered=offered)
+    summary = summarize_stage(
+        records, plan=plan_, workload=workload, sla=sla, offered=offered, counter=counter, series=series
+    )
     # Warm-up requests are in no figure above; they are counted here, apart.
     summary["warmup"] = warmup
-    summary["lengths"] = length_report(records, reqs, source=counter.source, described=counter.describe())
+    if progress is not None:
+        progress(1.0, "stage done")
+    return StageResult(summary=summary, series=series, records=records, notes=notes)
+
+
+def summarize_stage(
+    records: list[RequestRecord],
+    *,
+    plan: Plan,
+    workload: Workload,
+    sla: Sla,
+    offered: dict,
+    counter: TokenCounter,
+    series: list[dict],
+) -> dict:
+    """A stage's summary from its records, however many processes (or machines) sent them: the
+    figures of ``metrics.summarize`` plus the sent-vs-named workload checks and the engine peaks."""
+    summary = summarize(records, sla=sla, offered=offered)
+    summary["lengths"] = length_report(
+        records, plan.requests, source=counter.source, described=counter.describe()
+    )
     summary["warnings"].extend(summary["lengths"]["warnings"])
-    if mode == MODE_RATE:
+    if plan.mode == MODE_RATE:
         rate_check = offered_rate_report(
-            records, reqs, named_rate=float(workload.arrival.rate or 0), window_s=plan_.window_s
+            records, plan.requests, named_rate=float(workload.arrival.rate or 0), window_s=plan.window_s
         )
         summary["offered"].update(rate_check["figures"])
         summary["warnings"].extend(rate_check["warnings"])
     summary["kv_usage_peak"] = max((s.get("kv_usage", 0.0) for s in series), default=None)
     summary["waiting_peak"] = max((s.get("waiting", 0.0) for s in series), default=None)
-    if progress is not None:
-        progress(1.0, "stage done")
-    return StageResult(summary=summary, series=series, records=records, notes=notes)
+    return summary
 
 
 def _warm_up(

@@ -12,6 +12,7 @@ import re
 import threading
 import time
 import urllib.request
+from collections.abc import Iterable
 
 # Series key -> vLLM metric name (docs/domain.md "Conventions of the tools around us").
 SCRAPED: dict[str, str] = {
@@ -30,9 +31,9 @@ _ALIASES = {"vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc"}
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Values of the metrics in ``SCRAPED``, label sets summed (or averaged for fractions)."""
-    wanted = set(SCRAPED.values())
+def parse_prometheus(text: str, names: Iterable[str] | None = None) -> dict[str, float]:
+    """Values of the metrics in ``SCRAPED`` (or ``names``), label sets summed (or averaged for fractions)."""
+    wanted = set(SCRAPED.values() if names is None else names)
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     for line in text.splitlines():
