@@ -105,7 +105,8 @@ class RequestContext:
         self.state: dict = {}
 
     def headers(self) -> list:
-        """The headers of an admitted request's answer: its event id, rate limits, the deployment."""
+        """The headers of an admitted request's answer: its event id, rate limits, the deployment
+        and its pool (``long-context`` for a prompt isolated there, ADR 0039)."""
         h = [
             (b"x-request-id", self.hold.event_id.hex.encode()),
             (b"x-governor-traffic-class", self.traffic_class.encode()),
@@ -113,6 +114,7 @@ class RequestContext:
         ]
         if self.target is not None:
             h.append((b"x-governor-deployment", self.target.slug.encode()))
+            h.append((b"x-governor-pool", self.target.pool.encode()))
         return h
 
     def delivered_tokens(self) -> int | None:
@@ -129,4 +131,4 @@ class RequestContext:
         if n is None:
             return None
         tg = self.target
-        return {"n": n, "d": tg.deployment_id, "s": tg.slug, "v": tg.version_id}
+        return {"n": n, "d": tg.deployment_id, "s": tg.slug, "v": tg.version_id, "p": tg.pool}

@@ -92,6 +92,7 @@ def reaped_event(event_id: str, record: dict, progress: dict | None, now: float)
         "public_model": record["m"],
         "deployment_id": progress.get("d") if delivered else None,
         "deployment_slug": (progress.get("s") or "") if delivered else "",
+        "pool": (progress.get("p") or "") if delivered else "",  # journals from before pools say none
         "version_id": progress.get("v") if delivered else None,
         "price_id": record["pr"],
         "prompt_tokens": prompt,

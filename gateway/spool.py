@@ -36,10 +36,12 @@ SEGMENT_MAX_BYTES = 64 * 1024 * 1024
 # line stays in the spool) rather than guess. Bump it, and teach ``_event_row`` the old version,
 # when COLUMNS change; tests/gateway/test_spool_contract.py fails when COLUMNS and the
 # ``billing_usage_event`` table disagree.
-SCHEMA_VERSION = 2
-KNOWN_VERSIONS = frozenset({1, 2})
-# What version 2 added, and what a version-1 line stands for.
-V1_DEFAULTS = {"traffic_class": "standard"}
+SCHEMA_VERSION = 3
+KNOWN_VERSIONS = frozenset({1, 2, 3})
+# What each version added, and what an older line stands for: version 2 the traffic class, version 3
+# the pool of the deployment that answered ("" where older lines did not say).
+V2_DEFAULTS = {"pool": ""}
+V1_DEFAULTS = {"traffic_class": "standard", **V2_DEFAULTS}
 # Columns of the table the shipper does not take from the line.
 TABLE_OWN_COLUMNS = frozenset({"id", "received_at"})
 
@@ -51,6 +53,7 @@ COLUMNS = (
     "public_model",
     "deployment_id",
     "deployment_slug",
+    "pool",
     "version_id",
     "price_id",
     "prompt_tokens",
@@ -176,6 +179,8 @@ def _event_row(ev: dict) -> tuple:
         )
     if version == 1:
         ev = {**V1_DEFAULTS, **ev}
+    elif version == 2:
+        ev = {**V2_DEFAULTS, **ev}
     return tuple(ev.get(c) for c in COLUMNS)
 
 

@@ -35,6 +35,14 @@ class UsageEvent(models.Model):
     public_model = models.CharField(max_length=200)
     deployment_id = models.BigIntegerField(null=True)
     deployment_slug = models.CharField(max_length=100, blank=True)
+    pool = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The pool of the deployment that answered (long-context: isolated as a long prompt); "
+        "empty when none answered or the gateway did not say.",
+    )
     version_id = models.BigIntegerField(null=True)
     price = models.ForeignKey(
         "billing.Price", null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"

@@ -3,8 +3,10 @@ the deployments that may take the request now.
 
 Sets ``snapshot`` (the one admission prices from), ``route``, ``candidates`` and ``sticky``. A model
 that does not exist and one the key or tenant may not use get the same 404 (which names exist is
-not disclosed). Candidates are the healthy targets in the right pool (``gateway/router.py``); none
-left → 503 with ``Retry-After``, before anything is held. Which candidate gets the request is picked
+not disclosed). Candidates are the healthy targets that serve the endpoint, in the right pool
+(``gateway/router.py``: a prompt over the route's long-context threshold, in the engine's tokens as
+the router estimates them, goes to the long-context pool); none left → 503 with ``Retry-After``,
+before anything is held. Which candidate gets the request is picked
 after admission, just before forwarding, where a hook may change it.
 """
 
@@ -50,7 +52,12 @@ def route(gw: Gateway, ctx: RequestContext) -> Reply | None:
             400, ctx_err, "invalid_request_error", "context_length_exceeded", "input", reason="bad_request"
         )
     router = gw.router
-    candidates = [t for t in router.candidates(r, ctx.prompt_est) if serves(t, kind)]
+    candidates = router.candidates(
+        r,
+        router.prompt_tokens(model, kind, ctx.prompt_est),
+        [t for t in r.targets if serves(t, kind)],
+        needs_tokens=ctx.prompt_est + ctx.max_tokens,
+    )
     if not candidates:
         # Unknown (not heard from since the start), failing or ejected: 503 with a time to retry.
         retry_s = router.retry_after_s(r.targets)

@@ -108,6 +108,7 @@ def usage_event(gw: Gateway, ctx: RequestContext, finished_at: float, e2e: float
         "public_model": ctx.model,
         "deployment_id": tg.deployment_id if tg else None,
         "deployment_slug": tg.slug if tg else "",
+        "pool": tg.pool if tg else "",
         "version_id": tg.version_id if tg else None,
         "price_id": ctx.hold.price_id,
         "prompt_tokens": ctx.prompt_tokens,
@@ -135,6 +136,9 @@ async def commit(gw: Gateway, ctx: RequestContext) -> None:
         return
     ctx.committed = True
     e2e = time.perf_counter() - ctx.t0
+    if ctx.status == "ok" and not ctx.usage_estimated and ctx.target is not None:
+        # What the engine counted teaches the router the size of prompts in its tokens (ADR 0039).
+        gw.router.observe_prompt(ctx.model, ctx.kind, ctx.prompt_est, ctx.prompt_tokens)
     fut = gw.spool.append(usage_event(gw, ctx, time.time(), e2e))
     try:
         await settle(gw, ctx)

@@ -49,6 +49,7 @@ def _line(**over) -> bytes:
         "public_model": "m",
         "deployment_id": None,
         "deployment_slug": "",
+        "pool": "long-context",
         "version_id": None,
         "price_id": None,
         "prompt_tokens": 1,
@@ -82,20 +83,27 @@ def test_shipper_inserts_every_column_and_refuses_unknown_versions(tmp_path):
     try:
         assert shipper.ship_once() == 1
         ev = UsageEvent.objects.get(event_id=orjson.loads(good)["event_id"])
-        assert (ev.cost_nanos, ev.completion_tokens, ev.gateway, ev.traffic_class) == (
+        assert (ev.cost_nanos, ev.completion_tokens, ev.gateway, ev.traffic_class, ev.pool) == (
             42,
             2,
             "test",
             "sheddable",
+            "long-context",
         )
-        # A line of version 1 (a gateway from before traffic classes) is standard traffic.
+        # A line of version 1 (a gateway from before traffic classes) is standard traffic; neither
+        # it nor a line of version 2 (before pools) says which pool answered.
         old = orjson.loads(_line(schema_version=1))
-        del old["traffic_class"]
+        del old["traffic_class"], old["pool"]
+        v2 = orjson.loads(_line(schema_version=2))
+        del v2["pool"]
         with seg.open("ab") as f:
-            f.write(orjson.dumps(old) + b"\n")
-        assert shipper.ship_once() == 1
+            f.write(orjson.dumps(old) + b"\n" + orjson.dumps(v2) + b"\n")
+        assert shipper.ship_once() == 2
         assert UsageEvent.objects.get(event_id=old["event_id"]).traffic_class == "standard"
-        good += orjson.dumps(old) + b"\n"
+        assert UsageEvent.objects.get(event_id=old["event_id"]).pool == ""
+        assert UsageEvent.objects.get(event_id=v2["event_id"]).pool == ""
+        assert UsageEvent.objects.get(event_id=v2["event_id"]).traffic_class == "sheddable"
+        good += orjson.dumps(old) + b"\n" + orjson.dumps(v2) + b"\n"
         newer = _line(schema_version=spool.SCHEMA_VERSION + 1)
         with seg.open("ab") as f:
             f.write(newer)
