@@ -16,9 +16,17 @@
    (actual = vLLM's ``usage.prompt_tokens``); ``offered_rate_error_pct`` the worst |achieved − named|
    offered rate of any stage. Both should be ≤ 2.
 
+4. **Load beyond one process** (``--workers N``, ``--ray``): the client-capacity ladder with each
+   level's schedule split over N worker processes (or N Ray actors) that start at one epoch and
+   whose records merge exactly (``loadtest.distributed``, ADR 0037), beside the same ladder from one
+   worker process at the same token interval. The paced engine stays one process, so the token
+   interval (``--tpot-ms``) is chosen long enough that it is not what limits the run; its CPU per
+   level is printed to show it. Only the two ladders run in this mode.
+
     python -m benchmarks.harness                      # full ladder, about 3 minutes (+ vLLM start)
     python -m benchmarks.harness --streams 250,1000 --duration 14 --json var/bench-harness.json
     python -m benchmarks.harness --fidelity-only --json var/bench-fidelity.json
+    python -m benchmarks.harness --workers 4 --tpot-ms 500 --streams 2000,4000,8000  # see docs
 """
 
 from __future__ import annotations
@@ -34,12 +42,15 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
 from engines.workload import Workload, constant, fixed  # noqa: E402
 from loadtest import Sla, StageConfig, Target, run_stage  # noqa: E402
+from loadtest.distributed import BACKEND_PROCESS, BACKEND_RAY, WorkerPool, run_stage_distributed  # noqa: E402
 from procs import free_port as _free_port  # noqa: E402
 
 TPOT_MS = 50.0
@@ -49,8 +60,11 @@ SCHED_LIMIT_MS = 10.0
 
 
 @contextlib.contextmanager
-def _server(cmd: list[str], port: int):
+def _server(cmd: list[str], port: int, procs: list | None = None):
+    """The server ``cmd`` until the block ends; its process is appended to ``procs`` when given."""
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if procs is not None:
+        procs.append(proc)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -72,10 +86,18 @@ def _server(cmd: list[str], port: int):
             proc.kill()
 
 
-def paced(ttft_ms: float, tpot_ms: float):
+def paced(ttft_ms: float, tpot_ms: float, procs: list | None = None):
     port = _free_port()
     cmd = [sys.executable, "-m", "loadtest.paced_server", "--port", str(port)]
-    return _server([*cmd, "--ttft-ms", str(ttft_ms), "--tpot-ms", str(tpot_ms)], port)
+    return _server([*cmd, "--ttft-ms", str(ttft_ms), "--tpot-ms", str(tpot_ms)], port, procs)
+
+
+def _cpu_s(proc) -> float:
+    try:
+        t = psutil.Process(proc.pid).cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return t.user + t.system
 
 
 def engines_fixed(ttft_ms: float, tpot_ms: float, max_num_seqs: int = 2048):
@@ -93,27 +115,55 @@ def engines_fixed(ttft_ms: float, tpot_ms: float, max_num_seqs: int = 2048):
     return _server(cmd, port)
 
 
-def client_capacity(streams: int, *, duration_s: float, processes: int, server=paced) -> dict:
-    stream_s = (TTFT_MS + (OUTPUT_TOKENS - 1) * TPOT_MS) / 1e3
+def stream_seconds(tpot_ms: float = TPOT_MS, output_tokens: int = OUTPUT_TOKENS) -> float:
+    """How long one stream of the capacity ladder lasts: TTFT, then a token every ``tpot_ms``."""
+    return (TTFT_MS + (output_tokens - 1) * tpot_ms) / 1e3
+
+
+def client_capacity(
+    streams: int,
+    *,
+    duration_s: float,
+    processes: int,
+    server=paced,
+    tpot_ms: float = TPOT_MS,
+    output_tokens: int = OUTPUT_TOKENS,
+    pool: WorkerPool | None = None,
+) -> dict:
+    """One level of the ladder: ``streams`` open at once (offered rate = streams / stream time).
+
+    With ``pool`` the level's schedule is split over its workers (``loadtest.distributed``);
+    otherwise ``run_stage`` sends it from ``processes`` client processes (0 = auto).
+    """
+    stream_s = stream_seconds(tpot_ms, output_tokens)
     rate = streams / stream_s
-    wl = Workload(arrival=constant(rate), input=fixed(32), output=fixed(OUTPUT_TOKENS))
-    with server(TTFT_MS, TPOT_MS) as url:
+    wl = Workload(arrival=constant(rate), input=fixed(32), output=fixed(output_tokens))
+    server_procs: list = []
+    kwargs = {"procs": server_procs} if server is paced else {}
+    with server(TTFT_MS, tpot_ms, **kwargs) as url:
         started = time.monotonic()
         load_before = os.getloadavg()[0]
-        res = run_stage(
-            target=Target(base_url=url, model="paced", request_timeout_s=120),
-            workload=wl,
-            stage=StageConfig(duration_s=duration_s, processes=processes, scrape_interval_s=0.5),
-            sla=Sla(ttft_ms=None, tpot_ms=TPOT_MS * 1.05),
-        )
+        cpu_before = _cpu_s(server_procs[0]) if server_procs else None
+        stage_args = {
+            "target": Target(base_url=url, model="paced", request_timeout_s=max(120.0, 3 * stream_s)),
+            "workload": wl,
+            "stage": StageConfig(duration_s=duration_s, processes=processes, scrape_interval_s=0.5),
+            "sla": Sla(ttft_ms=None, tpot_ms=tpot_ms * 1.05),
+        }
+        res = run_stage_distributed(pool=pool, **stage_args) if pool is not None else run_stage(**stage_args)
         wall = time.monotonic() - started
+        server_cpu = (_cpu_s(server_procs[0]) - cpu_before) if server_procs else None
     s = res.summary
     tpot = s["tpot_ms"]["mean"]
     delay = s["schedule_delay_ms"]
+    workers = s.get("workers") or []
     return {
         "streams": streams,
         "rate": round(rate, 2),
         "processes": s["offered"].get("processes"),
+        "backend": s["offered"].get("backend", "run_stage"),
+        "tpot_true_ms": tpot_ms,
+        "output_tokens": output_tokens,
         "requests": s["requests"],
         "errors": s["failed"],
         "peak_open_streams": max((x.get("running", 0) for x in res.series), default=None),
@@ -121,14 +171,143 @@ def client_capacity(streams: int, *, duration_s: float, processes: int, server=p
         "sched_delay_p99_ms": delay["p99"],
         "tpot_mean_ms": tpot,
         "tpot_p99_ms": s["tpot_ms"]["p99"],
-        "tpot_error_pct": (tpot - TPOT_MS) / TPOT_MS * 100 if tpot else None,
+        "tpot_error_pct": (tpot - tpot_ms) / tpot_ms * 100 if tpot else None,
         "ttft_p50_ms": s["ttft_ms"]["p50"],
         "itl_p99_ms": s["itl_ms"]["p99"],
         "sched_ok": bool(delay["p50"] is not None and delay["p50"] < SCHED_LIMIT_MS and not s["failed"]),
         "wall_s": round(wall, 1),
+        # The engine is one process: its CPU over the level (100 = one core) shows whether it, and
+        # not the client, was the limit.
+        "server_cpu_pct": round(server_cpu / wall * 100, 1) if server_cpu is not None else None,
+        "client_cpu_s": round(sum(w["cpu_s"] for w in workers), 2) if workers else None,
+        "workers": workers,
         # Other work on the machine competes with the client and the engine for the same cores;
         # the 1-minute load average says how much (2.0 saturates a 2-core machine).
         "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
+
+
+def _ladder_max(rows: list[dict]) -> tuple[int, int]:
+    """``max_streams_sched_ok`` and the stricter ``max_streams_sched_and_tpot_ok`` of a ladder."""
+    ok = [r["streams"] for r in rows if r["sched_ok"]]
+    max_tpot_ok = 0
+    for r in rows:  # levels in increasing order; the figure holds only while every level below held
+        if not (r["sched_ok"] and abs(r["tpot_error_pct"] or 100) < 5):
+            break
+        max_tpot_ok = r["streams"]
+    return (max(ok) if ok else 0), max_tpot_ok
+
+
+def _print_level_header() -> None:
+    print(
+        f"{'streams':>8} {'rate':>7} {'procs':>5} {'reqs':>6} {'err':>4} {'peak open':>9} {'delay p50':>9} {'delay p99':>9} {'TPOT mean':>9} {'TPOT err%':>9} {'TTFT p50':>9} {'ok':>3} {'srv CPU%':>8} {'load':>10}"
+    )
+
+
+def _print_level(r: dict) -> None:
+    print(
+        f"{r['streams']:>8} {r['rate']:>7.1f} {r['processes']:>5} {r['requests']:>6} {r['errors']:>4} {_f(r['peak_open_streams'], '{:.0f}'):>9} "
+        f"{_f(r['sched_delay_p50_ms']):>9} {_f(r['sched_delay_p99_ms']):>9} {_f(r['tpot_mean_ms']):>9} {_f(r['tpot_error_pct']):>9} "
+        f"{_f(r['ttft_p50_ms'], '{:.1f}'):>9} {'yes' if r['sched_ok'] else 'NO':>3} {_f(r['server_cpu_pct'], '{:.0f}'):>8} "
+        f"{r['loadavg_1m'][0]:>4.1f}→{r['loadavg_1m'][1]:<5.1f}",
+        flush=True,
+    )
+
+
+def ladder(
+    levels: list[int],
+    *,
+    duration_s: float,
+    tpot_ms: float = TPOT_MS,
+    output_tokens: int = OUTPUT_TOKENS,
+    processes: int = 0,
+    pool: WorkerPool | None = None,
+) -> dict:
+    """The client-capacity ladder, levels in increasing order, stopping at the first that fails."""
+    _print_level_header()
+    rows = []
+    for n in levels:
+        r = client_capacity(
+            n,
+            duration_s=duration_s,
+            processes=processes,
+            tpot_ms=tpot_ms,
+            output_tokens=output_tokens,
+            pool=pool,
+        )
+        rows.append(r)
+        _print_level(r)
+        if not r["sched_ok"]:
+            break  # the next level would only be later still
+    max_ok, max_tpot_ok = _ladder_max(rows)
+    return {"rows": rows, "max_streams_sched_ok": max_ok, "max_streams_sched_and_tpot_ok": max_tpot_ok}
+
+
+@contextlib.contextmanager
+def _ray_address(address: str | None, workers: int):
+    """The Ray cluster to place the load workers on: ``address``, or a private one on this host."""
+    if address:
+        yield address
+        return
+    from governor.ray_local import start_ray_cluster, stop_ray_cluster
+
+    cluster = start_ray_cluster(num_cpus=workers)
+    try:
+        yield cluster.address
+    finally:
+        stop_ray_cluster(cluster)
+
+
+def distributed_capacity(
+    levels: list[int],
+    *,
+    workers: int,
+    tpot_ms: float,
+    output_tokens: int = OUTPUT_TOKENS,
+    duration_s: float | None = None,
+    backend: str = BACKEND_PROCESS,
+    ray_address: str | None = None,
+    single_levels: list[int] | None = None,
+) -> dict:
+    """``max_streams_sched_ok`` across ``workers`` load workers, beside one worker's at the same
+    token interval (``single_levels``, default the same ladder)."""
+    stream_s = stream_seconds(tpot_ms, output_tokens)
+    duration_s = duration_s or round(2.2 * stream_s, 1)
+    print(
+        f"Load beyond one process: {output_tokens} tokens/stream at {tpot_ms:g} ms/token, TTFT {TTFT_MS:g} ms "
+        f"(stream {stream_s:.2f} s, {duration_s:g} s of arrivals per level); paced engine: one process. "
+        f"At N streams it writes N / {tpot_ms / 1e3:g} s tokens a second; 'srv CPU%' is its CPU (100 = one core)."
+    )
+    args = {"duration_s": duration_s, "tpot_ms": tpot_ms, "output_tokens": output_tokens}
+    print("\nOne worker process:")
+    with WorkerPool(1) as pool:
+        single = ladder(single_levels or levels, pool=pool, **args)
+    where = "Ray actors" if backend == BACKEND_RAY else "worker processes"
+    print(f"\n{workers} {where}:")
+    with contextlib.ExitStack() as stack:
+        address = stack.enter_context(_ray_address(ray_address, workers)) if backend == BACKEND_RAY else None
+        pool = stack.enter_context(WorkerPool(workers, backend=backend, ray_address=address))
+        multi = ladder(levels, pool=pool, **args)
+        hosts = sorted(set(pool.hosts))
+    return {
+        "workers": workers,
+        "backend": backend,
+        "worker_hosts": hosts,
+        "tpot_ms": tpot_ms,
+        "ttft_ms": TTFT_MS,
+        "output_tokens": output_tokens,
+        "stream_s": stream_s,
+        "duration_s": duration_s,
+        "sched_limit_ms": SCHED_LIMIT_MS,
+        "max_streams_sched_ok": multi["max_streams_sched_ok"],
+        "max_streams_sched_and_tpot_ok": multi["max_streams_sched_and_tpot_ok"],
+        "single_process_max_streams_sched_ok": single["max_streams_sched_ok"],
+        "single_process_max_streams_sched_and_tpot_ok": single["max_streams_sched_and_tpot_ok"],
+        "client_capacity": multi["rows"],
+        "single_process_capacity": single["rows"],
+        "paced_server_cpu_pct_max": max(
+            (r["server_cpu_pct"] or 0 for r in multi["rows"] + single["rows"]), default=None
+        ),
     }
 
 
@@ -404,9 +583,28 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Harness client capacity and timing accuracy.")
     p.add_argument("--streams", default="250,500,1000,1500,2000", help="ladder of concurrent streams")
     p.add_argument(
-        "--duration", type=float, default=14.0, help="seconds of arrivals per level (>= 2 stream times)"
+        "--duration",
+        type=float,
+        default=None,
+        help="seconds of arrivals per level (default 2.2 stream times: 14 s at 50 ms/token)",
     )
     p.add_argument("--processes", type=int, default=0, help="client processes (0 = auto)")
+    p.add_argument("--tpot-ms", type=float, default=TPOT_MS, help="the paced engine's token interval")
+    p.add_argument("--output-tokens", type=int, default=OUTPUT_TOKENS, help="tokens per stream")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="split each level over N load workers (loadtest.distributed), beside one worker's ladder; "
+        "only the capacity ladders run",
+    )
+    p.add_argument("--ray", action="store_true", help="with --workers: Ray actors instead of processes")
+    p.add_argument(
+        "--ray-address", default=None, help="with --ray: the cluster (default: a private one on this host)"
+    )
+    p.add_argument(
+        "--single-streams", default=None, help="with --workers: the one-worker ladder (default: --streams)"
+    )
     p.add_argument(
         "--no-engines-server", action="store_true", help="skip the engines.server known-timings row"
     )
@@ -442,40 +640,50 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"Conditions: {os.cpu_count()} CPUs, load average {load_at_start[0]:.2f} {load_at_start[1]:.2f} {load_at_start[2]:.2f}"
     )
+    levels = [int(x) for x in a.streams.split(",") if x.strip()]
+    duration = a.duration or round(2.2 * stream_seconds(a.tpot_ms, a.output_tokens))
+    machine = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_at_start": load_at_start,
+    }
+    if a.workers:
+        single = [int(x) for x in a.single_streams.split(",") if x.strip()] if a.single_streams else None
+        figures = distributed_capacity(
+            levels,
+            workers=a.workers,
+            tpot_ms=a.tpot_ms,
+            output_tokens=a.output_tokens,
+            duration_s=duration,
+            backend=BACKEND_RAY if a.ray else BACKEND_PROCESS,
+            ray_address=a.ray_address,
+            single_levels=single,
+        )
+        print_distributed(figures)
+        return _write(a, argv, {"benchmark": "harness", "machine": machine, **figures})
     if a.fidelity_only:
         a.streams = ""
+        levels = []
         a.no_engines_server = True
         a.no_client_compare = True
-    levels = [int(x) for x in a.streams.split(",") if x.strip()]
     rows = []
+    max_ok = max_tpot_ok = 0
     if levels:
         print(
-            f"Client capacity: {OUTPUT_TOKENS} tokens/stream at {TPOT_MS:g} ms/token, TTFT {TTFT_MS:g} ms, paced engine in its own process"
+            f"Client capacity: {a.output_tokens} tokens/stream at {a.tpot_ms:g} ms/token, TTFT {TTFT_MS:g} ms, paced engine in its own process"
         )
-        print(
-            f"{'streams':>8} {'rate':>7} {'procs':>5} {'reqs':>6} {'err':>4} {'peak open':>9} {'delay p50':>9} {'delay p99':>9} {'TPOT mean':>9} {'TPOT err%':>9} {'TTFT p50':>9} {'ok':>3}"
+        # Stricter companion to max_streams_sched_ok: also the measured TPOT within 5 % of the true
+        # interval (client and engine both kept up, so the figures describe the engine).
+        capacity = ladder(
+            levels,
+            duration_s=duration,
+            tpot_ms=a.tpot_ms,
+            output_tokens=a.output_tokens,
+            processes=a.processes,
         )
-    for n in levels:
-        r = client_capacity(n, duration_s=a.duration, processes=a.processes)
-        rows.append(r)
-        print(
-            f"{r['streams']:>8} {r['rate']:>7.1f} {r['processes']:>5} {r['requests']:>6} {r['errors']:>4} {_f(r['peak_open_streams'], '{:.0f}'):>9} "
-            f"{_f(r['sched_delay_p50_ms']):>9} {_f(r['sched_delay_p99_ms']):>9} {_f(r['tpot_mean_ms']):>9} {_f(r['tpot_error_pct']):>9} "
-            f"{_f(r['ttft_p50_ms'], '{:.1f}'):>9} {'yes' if r['sched_ok'] else 'NO':>3} "
-            f"{r['loadavg_1m'][0]:>5.1f}→{r['loadavg_1m'][1]:<5.1f}",
-            flush=True,
-        )
-        if not r["sched_ok"]:
-            break  # the next level would only be later still
-    ok = [r["streams"] for r in rows if r["sched_ok"]]
-    max_ok = max(ok) if ok else 0
-    # Stricter companion: also the measured TPOT within 5 % of the true 50 ms (client and engine
-    # both kept up, so the figures describe the engine).
-    max_tpot_ok = 0
-    for r in rows:  # levels in increasing order; the figure holds only while every level below held
-        if not (r["sched_ok"] and abs(r["tpot_error_pct"] or 100) < 5):
-            break
-        max_tpot_ok = r["streams"]
+        rows = capacity["rows"]
+        max_ok, max_tpot_ok = capacity["max_streams_sched_ok"], capacity["max_streams_sched_and_tpot_ok"]
 
     timing_rows = []
     if not a.fidelity_only:
@@ -532,13 +740,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     out = {
         "benchmark": "harness",
-        "command": "python -m benchmarks.harness " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "loadavg_at_start": load_at_start,
-        },
+        "machine": machine,
         "max_streams_sched_ok": max_ok,
         "max_streams_sched_and_tpot_ok": max_tpot_ok,
         "client_capacity": rows,
@@ -548,8 +750,28 @@ def main(argv: list[str] | None = None) -> int:
         "input_len_error_pct": fidelity["input_len_error_pct"],
         "offered_rate_error_pct": fidelity["offered_rate_error_pct"],
         "workload_fidelity": fidelity,
-        "loadavg_at_end": os.getloadavg(),
     }
+    return _write(a, argv, out)
+
+
+def print_distributed(f: dict) -> None:
+    """The distributed figure, its single-process companion and the conditions, in words."""
+    where = "Ray actors" if f["backend"] == BACKEND_RAY else "worker processes"
+    print(
+        f"\nmax_streams_sched_ok = {f['max_streams_sched_ok']} across {f['workers']} {where} "
+        f"(one worker process: {f['single_process_max_streams_sched_ok']}), at {f['tpot_ms']:g} ms/token, "
+        f"{f['output_tokens']} tokens/stream, median schedule delay < {f['sched_limit_ms']:g} ms and no errors"
+    )
+    print(
+        f"max_streams_sched_and_tpot_ok = {f['max_streams_sched_and_tpot_ok']} "
+        f"(one worker process: {f['single_process_max_streams_sched_and_tpot_ok']}); "
+        f"paced engine (one process) CPU at most {_f(f['paced_server_cpu_pct_max'], '{:.0f}')} % of a core"
+    )
+
+
+def _write(a, argv: list[str] | None, out: dict) -> int:
+    out["command"] = "python -m benchmarks.harness " + " ".join(argv if argv is not None else sys.argv[1:])
+    out["loadavg_at_end"] = os.getloadavg()
     out["smoke"] = a.smoke
     if a.json_path:
         Path(a.json_path).parent.mkdir(parents=True, exist_ok=True)
