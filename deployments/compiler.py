@@ -126,11 +126,17 @@ def vllm_engine_kwargs(deployment: Deployment) -> dict:
 
 
 def autoscaling_config(deployment: Deployment) -> dict:
+    """Ray Serve's ``autoscaling_config``: bounds, the target per replica (the operator's or from the
+    measured capacity) and the delays, always written out (ADR 0038). Fixed replicas, which Ray Serve
+    LLM takes as ``min == max``, carry no delays: there is nothing to wait for."""
     if deployment.scaling_mode == ScalingMode.AUTOSCALING:
         return {
             "min_replicas": deployment.min_replicas,
             "max_replicas": deployment.max_replicas,
             "target_ongoing_requests": deployment.autoscaling_target,
+            "upscale_delay_s": float(deployment.upscale_delay_s),
+            "downscale_delay_s": float(deployment.downscale_delay_s),
+            "look_back_period_s": float(deployment.look_back_period_s),
         }
     return {"min_replicas": deployment.num_replicas, "max_replicas": deployment.num_replicas}
 

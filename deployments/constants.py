@@ -36,6 +36,10 @@ class DesiredState(models.TextChoices):
     STOPPED = "stopped", "Stopped"
 
 
+# The most replicas one deployment may ask Ray for (fixed, or as an autoscaling maximum).
+MAX_REPLICAS = 64
+
+
 class ScalingMode(models.TextChoices):
     FIXED = "fixed", "Fixed replicas"
     AUTOSCALING = "autoscaling", "Autoscaling"

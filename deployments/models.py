@@ -7,6 +7,8 @@ whole, and writes what Ray reports back onto the same row (the ``status*`` and `
 
 from __future__ import annotations
 
+import math
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
@@ -16,6 +18,7 @@ from django.urls import reverse
 
 from catalog.constants import KvCacheDtype
 from deployments.constants import (
+    MAX_REPLICAS,
     TENSOR_PARALLEL_SIZES,
     AnalysisVerdict,
     DesiredState,
@@ -46,6 +49,15 @@ public_name_validator = RegexValidator(
 # so replicas are added before the admission limit starts queueing requests.
 DEFAULT_TARGET_ONGOING = 32
 TARGET_SHARE_OF_CAPACITY = 0.8
+# Ray Serve's autoscaling delays and look-back window, with Ray's own defaults
+# (``ray.serve.config.AutoscalingConfig``) written out: the compiled config then says what Ray does,
+# and a Ray upgrade that moves a default changes nothing here unseen (ADR 0038).
+DEFAULT_UPSCALE_DELAY_S = 30.0
+DEFAULT_DOWNSCALE_DELAY_S = 600.0
+DEFAULT_LOOK_BACK_PERIOD_S = 30.0
+MAX_UPSCALE_DELAY_S = 3600.0
+MAX_DOWNSCALE_DELAY_S = 86400.0
+MAX_LOOK_BACK_PERIOD_S = 3600.0
 
 
 class DeploymentQuerySet(models.QuerySet):
@@ -96,17 +108,33 @@ class Deployment(models.Model):
     # Replicas.
     scaling_mode = models.CharField(max_length=12, choices=ScalingMode.choices, default=ScalingMode.FIXED)
     num_replicas = models.PositiveSmallIntegerField(
-        default=1, validators=[MinValueValidator(1), MaxValueValidator(64)]
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(MAX_REPLICAS)]
     )
-    min_replicas = models.PositiveSmallIntegerField(default=1, validators=[MaxValueValidator(64)])
+    min_replicas = models.PositiveSmallIntegerField(default=1, validators=[MaxValueValidator(MAX_REPLICAS)])
     max_replicas = models.PositiveSmallIntegerField(
-        default=2, validators=[MinValueValidator(1), MaxValueValidator(64)]
+        default=2, validators=[MinValueValidator(1), MaxValueValidator(MAX_REPLICAS)]
     )
     target_ongoing_requests = models.PositiveIntegerField(
         default=32,
         validators=[MinValueValidator(0)],
         help_text="Autoscaling target per replica; 0: 80 % of its measured capacity per replica "
         f"(the admission limit's basis), {DEFAULT_TARGET_ONGOING} before a capacity benchmark",
+    )
+    upscale_delay_s = models.FloatField(
+        default=DEFAULT_UPSCALE_DELAY_S,
+        validators=[MinValueValidator(0.0), MaxValueValidator(MAX_UPSCALE_DELAY_S)],
+        help_text="Autoscaling: how long Ray sees more load than the target before it adds replicas.",
+    )
+    downscale_delay_s = models.FloatField(
+        default=DEFAULT_DOWNSCALE_DELAY_S,
+        validators=[MinValueValidator(0.0), MaxValueValidator(MAX_DOWNSCALE_DELAY_S)],
+        help_text="Autoscaling: how long Ray sees less load before it removes replicas (an engine's "
+        "cold start is slow, so this is long by default).",
+    )
+    look_back_period_s = models.FloatField(
+        default=DEFAULT_LOOK_BACK_PERIOD_S,
+        validators=[MinValueValidator(1.0), MaxValueValidator(MAX_LOOK_BACK_PERIOD_S)],
+        help_text="Autoscaling: the window over which Ray averages the requests in flight.",
     )
     task = models.CharField(
         max_length=12,
@@ -209,9 +237,14 @@ class Deployment(models.Model):
         capacity per replica, so Ray adds a replica before the gateways start queueing."""
         if self.target_ongoing_requests:
             return self.target_ongoing_requests
+        return self.measured_target or DEFAULT_TARGET_ONGOING
+
+    @property
+    def measured_target(self) -> int | None:
+        """80 % of the measured capacity per replica, or None before a capacity benchmark."""
         if self.capacity_inflight:
             return max(1, int(self.capacity_inflight * TARGET_SHARE_OF_CAPACITY))
-        return DEFAULT_TARGET_ONGOING
+        return None
 
     @property
     def admission_limit(self) -> int | None:
@@ -266,8 +299,20 @@ class Deployment(models.Model):
         errors: dict[str, str] = {}
         if self.engine_kind in (EngineKind.VLLM, EngineKind.SIMULATED) and not self.gpu_type_id:
             errors["gpu_type"] = "vLLM and simulated engines need a GPU type."
-        if self.scaling_mode == ScalingMode.AUTOSCALING and self.min_replicas > self.max_replicas:
-            errors["min_replicas"] = "Minimum replicas cannot exceed the maximum."
+        if (
+            self.min_replicas is not None
+            and self.max_replicas is not None
+            and self.min_replicas > self.max_replicas
+        ):
+            # Checked in either mode: the database refuses it too (deployment_min_le_max_replicas).
+            errors["min_replicas"] = (
+                f"The minimum ({self.min_replicas} replicas) is above the maximum ({self.max_replicas}): "
+                "Ray Serve cannot scale between them."
+            )
+        for name in ("upscale_delay_s", "downscale_delay_s", "look_back_period_s"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                errors[name] = "Must be a finite number of seconds."
         if self.max_num_batched_tokens < self.max_num_seqs:
             # vLLM refuses this too: every running sequence needs one decode token per step.
             errors["max_num_batched_tokens"] = "Must be at least max_num_seqs."

@@ -45,6 +45,9 @@ CREATE_FIELDS = (
     "min_replicas",
     "max_replicas",
     "target_ongoing_requests",
+    "upscale_delay_s",
+    "downscale_delay_s",
+    "look_back_period_s",
     "max_model_len",
     "max_num_seqs",
     "max_num_batched_tokens",
@@ -57,7 +60,16 @@ CREATE_FIELDS = (
     "time_scale",
     "desired_state",
 )
-SCALE_FIELDS = ("scaling_mode", "num_replicas", "min_replicas", "max_replicas", "target_ongoing_requests")
+SCALE_FIELDS = (
+    "scaling_mode",
+    "num_replicas",
+    "min_replicas",
+    "max_replicas",
+    "target_ongoing_requests",
+    "upscale_delay_s",
+    "downscale_delay_s",
+    "look_back_period_s",
+)
 
 
 # --- preflight -----------------------------------------------------------------------------------
@@ -246,8 +258,16 @@ def deployment_scale(
     min_replicas: int | None = None,
     max_replicas: int | None = None,
     target_ongoing_requests: int | None = None,
+    upscale_delay_s: float | None = None,
+    downscale_delay_s: float | None = None,
+    look_back_period_s: float | None = None,
+    reason: str = "",
 ) -> Deployment:
-    """Change the replica count or the autoscaling bounds."""
+    """Change the replica count, or the autoscaling bounds, target and delays (None: unchanged).
+
+    Refuses what Ray Serve would (a minimum above the maximum, a negative delay) with the field's
+    message and changes nothing; a change is one ``scaled`` event with every scaling field before
+    and after, and the reconciler sends Ray the new ``autoscaling_config``."""
     d = _locked(deployment)
     before = {f: getattr(d, f) for f in SCALE_FIELDS}
     d.scaling_mode = scaling_mode
@@ -256,6 +276,9 @@ def deployment_scale(
         ("min_replicas", min_replicas),
         ("max_replicas", max_replicas),
         ("target_ongoing_requests", target_ongoing_requests),
+        ("upscale_delay_s", upscale_delay_s),
+        ("downscale_delay_s", downscale_delay_s),
+        ("look_back_period_s", look_back_period_s),
     ):
         if value is not None:
             setattr(d, name, value)
@@ -264,15 +287,18 @@ def deployment_scale(
     if after == before:
         return d
     d.save(update_fields=[*SCALE_FIELDS, "updated_at"])
-    _changed(
-        d, EventKind.SCALED, actor, f"replicas {_summary(before)} → {d.replicas_summary()}", before, after
-    )
+    message = f"replicas {_summary(before)} → {_summary(after)}"
+    _changed(d, EventKind.SCALED, actor, message + (f": {reason}" if reason else ""), before, after)
     return d
 
 
 def _summary(values: dict) -> str:
     if values["scaling_mode"] == ScalingMode.AUTOSCALING:
-        return f"{values['min_replicas']}–{values['max_replicas']}"
+        target = values["target_ongoing_requests"] or "from measured capacity"
+        return (
+            f"{values['min_replicas']}–{values['max_replicas']} (target {target}, up after "
+            f"{values['upscale_delay_s']:g} s, down after {values['downscale_delay_s']:g} s)"
+        )
     return str(values["num_replicas"])
 
 

@@ -19,6 +19,7 @@ urlpatterns = [
     path("reconcile/", views.ReconcileNowView.as_view(), name="reconcile"),
     path("<int:pk>/", views.DeploymentDetailView.as_view(), name="detail"),
     path("<int:pk>/scale/", views.DeploymentScaleView.as_view(), name="scale"),
+    path("<int:pk>/admission/", views.DeploymentAdmissionView.as_view(), name="admission"),
     path("<int:pk>/stop/", views.DeploymentStopView.as_view(), name="stop"),
     path("<int:pk>/start/", views.DeploymentStartView.as_view(), name="start"),
     path("<int:pk>/delete/", views.DeploymentDeleteView.as_view(), name="delete"),

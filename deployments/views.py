@@ -5,13 +5,16 @@ Platform admins and auditors read; only admins act; tenant members and outsiders
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
+from django import forms
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views import View
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -19,16 +22,20 @@ from core.access import PlatformAdminRequiredMixin, ReadsEverythingRequiredMixin
 from deployments import selectors, services
 from deployments.compiler import compile_application
 from deployments.forms import (
+    AdmissionForm,
     DeploymentFilterForm,
     DeploymentForm,
     ModelRouteForm,
     RouteFreeForm,
+    RouteIsolationForm,
     RouteTargetForm,
     ScaleForm,
 )
 from deployments.models import Deployment, ModelRoute, RouteTarget
 from deployments.reconciler import serve_config_preview
 from deployments.rollouts.selectors import rollout_list
+from deployments.selectors.isolation import route_isolation_ttft
+from deployments.selectors.replicas import replica_chart, replica_history
 
 PAGE_SIZE = 25
 POLL_SECONDS = 2
@@ -60,6 +67,29 @@ class DeploymentListView(ReadsEverythingRequiredMixin, View):
         return render(request, template, context)
 
 
+REPLICA_CHART_HOURS = 24
+
+
+def _detail_context(request, deployment: Deployment, **forms) -> dict:
+    """What the detail page shows; ``forms`` replaces a form with a bound one that has errors."""
+    now = timezone.now()
+    since = max(deployment.created_at, now - dt.timedelta(hours=REPLICA_CHART_HOURS))
+    history = replica_history(deployment=deployment, since=since, until=now)
+    return {
+        "deployment": deployment,
+        "events": selectors.deployment_events(deployment=deployment, limit=50),
+        "last_reconcile": selectors.last_reconcile(),
+        "poll_seconds": POLL_SECONDS,
+        "preflight": services.deployment_preflight(deployment=deployment),
+        "scale_form": forms.get("scale_form") or ScaleForm.for_deployment(deployment),
+        "admission_form": forms.get("admission_form") or AdmissionForm.for_deployment(deployment),
+        "replica_history": history,
+        "replica_chart": replica_chart(history),
+        "serve_app_json": json.dumps(compile_application(deployment), indent=2),
+        "routes": deployment.route_targets.select_related("route"),
+    }
+
+
 class DeploymentDetailView(ReadsEverythingRequiredMixin, View):
     """Status, replicas, events and the compiled Serve application of one deployment."""
 
@@ -67,30 +97,15 @@ class DeploymentDetailView(ReadsEverythingRequiredMixin, View):
         deployment = get_object_or_404(
             Deployment.objects.select_related("model_version__model", "gpu_type", "created_by"), pk=pk
         )
-        context = {
-            "deployment": deployment,
-            "events": selectors.deployment_events(deployment=deployment, limit=50),
-            "last_reconcile": selectors.last_reconcile(),
-            "poll_seconds": POLL_SECONDS,
-        }
         if request.htmx and request.GET.get("part") == "status":
+            context = {
+                "deployment": deployment,
+                "events": selectors.deployment_events(deployment=deployment, limit=50),
+                "last_reconcile": selectors.last_reconcile(),
+                "poll_seconds": POLL_SECONDS,
+            }
             return render(request, "deployments/partials/deployment_status.html", context)
-        preflight = services.deployment_preflight(deployment=deployment)
-        context.update(
-            preflight=preflight,
-            scale_form=ScaleForm(
-                initial={
-                    "scaling_mode": deployment.scaling_mode,
-                    "num_replicas": deployment.num_replicas,
-                    "min_replicas": deployment.min_replicas,
-                    "max_replicas": deployment.max_replicas,
-                    "target_ongoing_requests": deployment.target_ongoing_requests,
-                }
-            ),
-            serve_app_json=json.dumps(compile_application(deployment), indent=2),
-            routes=deployment.route_targets.select_related("route"),
-        )
-        return render(request, "deployments/deployment_detail.html", context)
+        return render(request, "deployments/deployment_detail.html", _detail_context(request, deployment))
 
 
 class DeploymentCreateView(PlatformAdminRequiredMixin, View):
@@ -148,13 +163,76 @@ class _ActionView(PlatformAdminRequiredMixin, View):
         return redirect(target)
 
 
-class DeploymentScaleView(_ActionView):
-    def act(self, request, deployment):
-        form = ScaleForm(request.POST)
-        if not form.is_valid():
-            raise ValidationError([f"{k}: {' '.join(v)}" for k, v in form.errors.items()])
-        d = services.deployment_scale(deployment=deployment, actor=request.user, **form.cleaned_data)
+def _form_errors(form: forms.Form, exc: ValidationError) -> None:
+    """The service's refusal, on the field it names when the form has it, else on the form."""
+    if not hasattr(exc, "error_dict"):
+        form.add_error(None, exc.messages)
+        return
+    for name, messages_ in exc.message_dict.items():
+        form.add_error(name if name in form.fields else None, messages_)
+
+
+class _DeploymentFormView(PlatformAdminRequiredMixin, View):
+    """POST a form of the detail page. Valid: the service acts (audited) and the page reloads with a
+    message. Invalid, or refused by the service: the form comes back with its errors and nothing
+    changed (422 into the htmx swap, or the whole page without htmx)."""
+
+    form_class: type[forms.Form]
+    form_name: str
+    partial: str
+
+    def apply(self, request, deployment: Deployment, data: dict) -> str:
+        raise NotImplementedError
+
+    def post(self, request, pk: int):
+        deployment = get_object_or_404(
+            Deployment.objects.select_related("model_version__model", "gpu_type"), pk=pk
+        )
+        form = self.form_class(request.POST)
+        if form.is_valid():
+            try:
+                text = self.apply(request, deployment, form.cleaned_data)
+            except ValidationError as exc:
+                _form_errors(form, exc)
+            else:
+                messages.success(request, text)
+                target = deployment.get_absolute_url()
+                return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
+        deployment.refresh_from_db()
+        context = _detail_context(request, deployment, **{self.form_name: form})
+        if request.htmx:
+            return render(request, self.partial, context, status=422)
+        return render(request, "deployments/deployment_detail.html", context, status=400)
+
+
+class DeploymentScaleView(_DeploymentFormView):
+    form_class = ScaleForm
+    form_name = "scale_form"
+    partial = "deployments/partials/scaling.html"
+
+    def apply(self, request, deployment, data):
+        fields = {k: v for k, v in data.items() if k != "reason"}
+        d = services.deployment_scale(
+            deployment=deployment, actor=request.user, reason=data["reason"], **fields
+        )
         return f"Scaling {d} to {d.replicas_summary()} replicas."
+
+
+class DeploymentAdmissionView(_DeploymentFormView):
+    form_class = AdmissionForm
+    form_name = "admission_form"
+    partial = "deployments/partials/admission.html"
+
+    def apply(self, request, deployment, data):
+        d = services.deployment_admission_set(
+            deployment=deployment,
+            max_inflight=data["max_inflight"],
+            actor=request.user,
+            reason=data["reason"],
+        )
+        if d.max_inflight:
+            return f"{d}: at most {d.max_inflight} requests in flight."
+        return f"{d}: in-flight limit from its measured capacity."
 
 
 class DeploymentStopView(_ActionView):
@@ -212,6 +290,18 @@ class RouteDetailView(ReadsEverythingRequiredMixin, View):
         targets = route.targets.select_related("deployment").filter(deployment__deleted_at__isnull=True)
         total = sum(t.weight for t in targets) or 0
         rows = [(t, (t.weight * 100 / total) if total else 0) for t in targets]
+        # The isolation figure's window and cut (ADR 0039); bad values: 400, the form says why.
+        isolation_form = RouteIsolationForm(request.GET or None)
+        isolation = None
+        if not isolation_form.is_bound or isolation_form.is_valid():
+            asked = isolation_form.cleaned_data if isolation_form.is_bound else {}
+            until = timezone.now()
+            isolation = route_isolation_ttft(
+                route=route,
+                since=until - RouteIsolationForm.window_length(asked.get("window")),
+                until=until,
+                short_at_most=asked.get("short"),
+            )
         return render(
             request,
             "deployments/modelroute_detail.html",
@@ -223,7 +313,10 @@ class RouteDetailView(ReadsEverythingRequiredMixin, View):
                 "route_form": ModelRouteForm(instance=route),
                 "rollouts": rollout_list(route=route)[:50],
                 "active_rollout": rollout_list(route=route).filter(outcome="").first(),
+                "isolation": isolation,
+                "isolation_form": isolation_form,
             },
+            status=200 if isolation is not None else 400,
         )
 
 

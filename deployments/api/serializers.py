@@ -2,7 +2,17 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from deployments.models import Deployment, DeploymentEvent, ModelRoute, ReconcileRun, RouteTarget
+from deployments.constants import MAX_REPLICAS
+from deployments.models import (
+    MAX_DOWNSCALE_DELAY_S,
+    MAX_LOOK_BACK_PERIOD_S,
+    MAX_UPSCALE_DELAY_S,
+    Deployment,
+    DeploymentEvent,
+    ModelRoute,
+    ReconcileRun,
+    RouteTarget,
+)
 from deployments.services import CREATE_FIELDS
 
 OBSERVED_FIELDS = [
@@ -63,13 +73,29 @@ class AdmissionSerializer(serializers.Serializer):
 
 
 class ScaleSerializer(serializers.Serializer):
+    """Fixed replicas, or Ray Serve autoscaling; fields left out keep their value."""
+
     scaling_mode = serializers.ChoiceField(choices=["fixed", "autoscaling"], default="fixed")
-    num_replicas = serializers.IntegerField(min_value=1, max_value=64, required=False)
-    min_replicas = serializers.IntegerField(min_value=0, max_value=64, required=False)
-    max_replicas = serializers.IntegerField(min_value=1, max_value=64, required=False)
+    num_replicas = serializers.IntegerField(min_value=1, max_value=MAX_REPLICAS, required=False)
+    min_replicas = serializers.IntegerField(min_value=0, max_value=MAX_REPLICAS, required=False)
+    max_replicas = serializers.IntegerField(min_value=1, max_value=MAX_REPLICAS, required=False)
     target_ongoing_requests = serializers.IntegerField(
-        min_value=0, required=False, help_text="Per replica; 0: 80 % of its measured capacity per replica"
-    )
+        min_value=0, max_value=100_000, required=False,
+        help_text="Per replica; 0: 80 % of its measured capacity per replica",
+    )  # fmt: skip
+    upscale_delay_s = serializers.FloatField(
+        min_value=0, max_value=MAX_UPSCALE_DELAY_S, required=False,
+        help_text="Seconds above the target before Ray adds a replica",
+    )  # fmt: skip
+    downscale_delay_s = serializers.FloatField(
+        min_value=0, max_value=MAX_DOWNSCALE_DELAY_S, required=False,
+        help_text="Seconds below the target before Ray removes a replica",
+    )  # fmt: skip
+    look_back_period_s = serializers.FloatField(
+        min_value=1, max_value=MAX_LOOK_BACK_PERIOD_S, required=False,
+        help_text="Seconds over which Ray averages the requests in flight",
+    )  # fmt: skip
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
     def validate(self, attrs):
         if attrs["scaling_mode"] == "fixed" and "num_replicas" not in attrs:

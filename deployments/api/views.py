@@ -76,7 +76,8 @@ class DeploymentViewSet(
     @extend_schema(request=ScaleSerializer, responses=DeploymentSerializer)
     @action(detail=True, methods=["post"])
     def scale(self, request, pk=None):
-        """Set fixed replicas or autoscaling bounds."""
+        """Set fixed replicas, or autoscaling bounds, target and delays (a minimum above the maximum
+        is refused with a 400 naming it; nothing changes)."""
         body = ScaleSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         return self._act(services.deployment_scale, **body.validated_data)

@@ -13,5 +13,10 @@ urlpatterns = [
     path("plans/", cost.CapacityPlanListView.as_view(), name="plan_list"),
     path("plans/new/", cost.CapacityPlanCreateView.as_view(), name="plan_create"),
     path("plans/<uuid:token>/", cost.CapacityPlanDetailView.as_view(), name="plan_detail"),
+    path(
+        "plans/deployments/<int:pk>/autoscaling/",
+        cost.AutoscalingSuggestionView.as_view(),
+        name="autoscaling_suggestion",
+    ),
     path("gpus/", gpu_costs.GpuCostView.as_view(), name="gpu_costs"),
 ]

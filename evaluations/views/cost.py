@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -17,7 +17,9 @@ from core.access import (
     is_platform_admin,
     reads_everything,
 )
+from deployments.selectors import deployment_get
 from evaluations.forms.cost import CapacityPlanForm
+from evaluations.selectors.autoscaling import autoscaling_suggestion, observed_replicas
 from evaluations.selectors.planner import capacity_plan_get, capacity_plan_list
 from evaluations.services.planner import capacity_plan_create
 from evaluations.services.pricing import derived_price_publish, price_derivation, price_derivations
@@ -120,4 +122,29 @@ class CapacityPlanDetailView(PlatformUserRequiredMixin, View):
             "gpus": [r["gpus"] for r in ok],
             "labels_kind": [r["label"] for r in ok],
         }
-        return render(request, "evaluations/capacity_plan_detail.html", {"plan": plan, "chart": chart})
+        # What deployments ran is the platform's to see (admins, auditors), not a tenant member's.
+        show_observed = plan.status == "done" and reads_everything(request.user)
+        observed = observed_replicas(rows=plan.rows) if show_observed else {}
+        return render(
+            request,
+            "evaluations/capacity_plan_detail.html",
+            {"plan": plan, "chart": chart, "observed": observed},
+        )
+
+
+class AutoscalingSuggestionView(PlatformAdminRequiredMixin, View):
+    """The autoscaling settings derived from a deployment's measured capacity and the capacity plans,
+    each with its source, and a form that applies them through the deployment's scale action (a
+    partial the deployment page loads with htmx)."""
+
+    def get(self, request, pk: int):
+        try:
+            deployment = deployment_get(pk=pk)
+        except ObjectDoesNotExist:
+            raise Http404("No such deployment.") from None
+        suggestion = autoscaling_suggestion(deployment=deployment)
+        return render(
+            request,
+            "evaluations/partials/autoscaling_suggestion.html",
+            {"deployment": deployment, "suggestion": suggestion},
+        )

@@ -127,7 +127,14 @@ def test_an_autoscaled_deployment_can_aim_at_its_measured_capacity(admin_user):
     assert d.replicas_summary() == "1–4 (target 32 ongoing from measured capacity)"
     deployment_capacity_record(deployment_id=d.pk, inflight=10, run_id=3)
     d.refresh_from_db()
-    assert autoscaling_config(d) == {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 8}
+    assert autoscaling_config(d) == {
+        "min_replicas": 1,
+        "max_replicas": 4,
+        "target_ongoing_requests": 8,
+        "upscale_delay_s": 30.0,
+        "downscale_delay_s": 600.0,
+        "look_back_period_s": 30.0,
+    }
     d = deployment_scale(
         deployment=d, actor=admin_user, scaling_mode="autoscaling", target_ongoing_requests=5
     )

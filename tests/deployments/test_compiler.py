@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.compiler import compile_application, compile_serve_config, config_hash
+from deployments.compiler import autoscaling_config, compile_application, compile_serve_config, config_hash
 from tests.deployments.factories import DeploymentFactory, l40s
 from tests.factories import GpuTypeFactory, ModelFactory, ModelVersionFactory
 
@@ -56,6 +56,9 @@ def simulated_autoscaling():
         min_replicas=1,
         max_replicas=4,
         target_ongoing_requests=16,
+        upscale_delay_s=10,
+        downscale_delay_s=300,
+        look_back_period_s=20,
         max_model_len=None,
         enable_prefix_caching=False,
         time_scale=0.5,
@@ -124,9 +127,31 @@ def test_simulated_autoscaling_app_matches_golden(simulated_autoscaling):
         "min_replicas": 1,
         "max_replicas": 4,
         "target_ongoing_requests": 16,
+        "upscale_delay_s": 10.0,
+        "downscale_delay_s": 300.0,
+        "look_back_period_s": 20.0,
     }
     assert app["args"]["model_name"] == "Mistral-7B-Instruct-v0.3"
     assert_golden("simulated_autoscaling", app)
+
+
+def test_autoscaling_config_is_what_ray_serve_accepts_with_our_delays(simulated_autoscaling, vllm_fp8):
+    """Ray's own model of the config takes every key we write and keeps our values (a renamed field
+    in a Ray upgrade would fail here, not on the cluster)."""
+    from ray.serve.config import AutoscalingConfig
+
+    for d in (simulated_autoscaling, vllm_fp8):
+        compiled = autoscaling_config(d)
+        ray_side = AutoscalingConfig.model_validate(compiled)
+        assert {k: getattr(ray_side, k) for k in compiled} == compiled
+    # The vLLM one keeps Ray's defaults, written out.
+    assert autoscaling_config(vllm_fp8)["downscale_delay_s"] == 600.0
+    assert autoscaling_config(vllm_fp8)["upscale_delay_s"] == 30.0
+
+
+def test_fixed_replicas_carry_no_delays(simulated):
+    simulated.scaling_mode = "fixed"
+    assert autoscaling_config(simulated) == {"min_replicas": 2, "max_replicas": 2}
 
 
 def test_vllm_app_is_ray_serve_llm_openai_app_with_llm_config(vllm_fp8):
