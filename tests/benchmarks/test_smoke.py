@@ -69,6 +69,22 @@ BENCHMARKS = {
             "gateway_cpu_ms_per_request_without_admission",
             "with_admission",
             "without_admission",
+            "gateway_cpu_ratio_vs_plain",
+            "plain_path",
+            "conditions",
+        ),
+        # The other rows are their own modules' smoke runs below.
+        ("--sections", "overload,plain"),
+        [],
+    ),
+    "capacity_distributed": (
+        (
+            "max_streams_sched_ok",
+            "single_process_max_streams_sched_ok",
+            "tpot_ms",
+            "workers",
+            "client_capacity",
+            "single_process_capacity",
             "conditions",
         ),
         (),
