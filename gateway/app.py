@@ -2,7 +2,8 @@
 
 This module holds the process: its lifecycle (Redis, snapshot, spool, shipper, ledger, upstream
 pool, hooks), the dispatch of paths, and the endpoints that answer from the snapshot alone
-(``/v1/models``, ``/healthz``, ``/metrics``). The completion endpoints go through
+(``/v1/models``, ``/healthz``, ``/metrics``); ``/v1/files`` and ``/v1/batches`` go on to the console
+(``gateway.batchapi``). The completion endpoints go through
 ``gateway.pipeline``: authenticate, parse, route, admit, forward, settle, with hooks between them
 (docs/decisions/0025).
 """
@@ -22,6 +23,7 @@ import redis.asyncio as aioredis
 from asgistream import BodyPusher, TaskPusher
 from gateway import metrics as m
 from gateway.admission import DEFAULT_SHARES, DEFAULT_WAIT_S, AdmissionController, parse_per_class
+from gateway.batchapi import ConsoleClient, is_batch_api, proxy
 from gateway.config import CHOICES, GatewayConfig, load_config
 from gateway.engine_signals import EngineSignals
 from gateway.hooks import Hooks, load_hooks
@@ -61,6 +63,7 @@ class Gateway:
         self.ledger: Ledger | None = None
         self.pipeline = Pipeline()
         self.admission: AdmissionController | None = None
+        self.console: ConsoleClient | None = None
         self.signals: EngineSignals | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -163,6 +166,8 @@ class Gateway:
             await self.signals.close()
         if self.http:
             await self.http.close()
+        if self.console:
+            await self.console.close()
         if self.redis:
             await self.redis.aclose()
         if self.fast_redis:
@@ -195,6 +200,8 @@ class Gateway:
                     await send_error(send, 405, "use POST", "invalid_request_error", "method_not_allowed")
                     return
                 await self.pipeline(self, scope, receive, send, path[4:])
+            elif is_batch_api(path):
+                await proxy(self, scope, receive, send)
             elif path == "/v1/models":
                 await self.models(scope, send)
             elif path.startswith("/v1/models/"):

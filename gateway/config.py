@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envconf import env_bool, env_float, env_int, env_str, load_env_file
+from snapshot.batchline import line_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -49,6 +50,11 @@ class GatewayConfig:
     workers: int = 1
     admission_shares: str = ""
     admission_wait_s: str = ""
+    # The Batch API (gateway.batchapi, gateway.batchlines; docs/decisions/0036): the console that
+    # keeps batches, the largest upload passed on to it, and the key batch lines are signed with.
+    console_url: str = "http://127.0.0.1:8000"
+    max_upload_bytes: int = 512 * 1024 * 1024
+    batch_secret: bytes | None = None
     # What the engines report (gateway.engine_signals): scraped every engine_scrape_s; a deployment
     # whose engine queues more than saturation_queue requests or uses more than saturation_kv of its
     # KV cache takes no sheddable traffic.
@@ -121,4 +127,7 @@ def load_config() -> GatewayConfig:
         engine_scrape_s=env_float("GATEWAY_ENGINE_SCRAPE_S", 0.5),
         saturation_queue=env_float("GATEWAY_SATURATION_QUEUE", 5.0),
         saturation_kv=env_float("GATEWAY_SATURATION_KV", 0.8),
+        console_url=env_str("GATEWAY_CONSOLE_URL") or env_str("CONSOLE_PUBLIC_URL", "http://127.0.0.1:8000"),
+        max_upload_bytes=env_int("GATEWAY_MAX_UPLOAD_BYTES", 512 * 1024 * 1024),
+        batch_secret=line_secret(env_str("GOVERNOR_BATCH_SECRET"), env_str("SECRET_KEY")),
     )

@@ -11,8 +11,10 @@ everything runs inside ``settle.guard``, so the request settles whatever fails.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
+from gateway import batchlines
 from gateway.context import RequestContext
 from gateway.hooks import Hooks, run_all, run_until_reply
 from gateway.replies import Reply, send_reply
@@ -43,15 +45,23 @@ class Pipeline:
             reply = await run_until_reply(hooks.before_route, ctx)
         if reply is None:
             reply = route(gw, ctx)
-        if reply is None:
-            reply = await admit(gw, ctx)
-        if reply is not None:
-            # Refused (or answered by a hook before routing): nothing is held.
-            await send_reply(send, reply, ctx.model or None)
-            return
-        if hooks.capture_streams:
-            ctx.response_chunks = []
-        await settle.guard(gw, ctx, send, self._forward(gw, ctx, send, receive))
+        line = batchlines.STATE in ctx.state
+        if reply is None and line:
+            # A batch line is answered at most once: a stored answer, or this attempt takes it.
+            reply = await batchlines.claim(gw, ctx)
+        try:
+            if reply is None:
+                reply = await admit(gw, ctx)
+            if reply is not None:
+                # Refused (or answered by a hook before routing): nothing is held.
+                await send_reply(send, reply, ctx.model or None)
+                return
+            if hooks.capture_streams:
+                ctx.response_chunks = []
+            await settle.guard(gw, ctx, send, self._forward(gw, ctx, send, receive))
+        finally:
+            if line:
+                await asyncio.shield(batchlines.release(gw, ctx))
         if hooks.after_response:
             await run_all(hooks.after_response, ctx)
 

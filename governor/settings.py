@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "deployments",
     "evaluations",
     "operations",
+    "batches",
 ]
 
 MIDDLEWARE = [
@@ -278,6 +279,22 @@ GATEWAY_PUBLIC_URL = env_str("GATEWAY_PUBLIC_URL", "http://127.0.0.1:8080")
 GATEWAY_KEY_PREFIX = env_str("GATEWAY_KEY_PREFIX", "gw:")
 # API key the benchmark harness presents when its target is the gateway.
 BENCHMARK_API_KEY = env_str("BENCHMARK_API_KEY", "")
+
+# The Batch API (batches; docs/decisions/0036). Runners send lines to this gateway (inside the
+# installation; the public URL by default), signed with GOVERNOR_BATCH_SECRET (derived from
+# SECRET_KEY when unset; the gateways derive the same). An input file may hold at most
+# BATCH_FILE_MAX_BYTES and BATCH_MAX_LINES lines. BATCH_CONCURRENCY lines are in flight per runner at
+# most (fewer while the gateway sheds them); a runner holds a line BATCH_LINE_LEASE_S seconds, renewed
+# while it waits, so a line of a killed worker is taken up again after that long. Lines are sent only
+# inside BATCH_OFF_PEAK_WINDOWS when set ("22:00-06:00,12:00-13:00", UTC); empty: at any hour.
+GATEWAY_INTERNAL_URL = env_str("GATEWAY_INTERNAL_URL", GATEWAY_PUBLIC_URL)
+GOVERNOR_BATCH_SECRET = env_str("GOVERNOR_BATCH_SECRET", "")
+BATCH_FILE_MAX_BYTES = env_int("BATCH_FILE_MAX_BYTES", 200 * 1024 * 1024)
+BATCH_MAX_LINES = env_int("BATCH_MAX_LINES", 50_000)
+BATCH_CONCURRENCY = env_int("BATCH_CONCURRENCY", 16)
+BATCH_LINE_LEASE_S = env_float("BATCH_LINE_LEASE_S", 30.0)
+BATCH_RUN_SLICE_S = env_float("BATCH_RUN_SLICE_S", 60.0)
+BATCH_OFF_PEAK_WINDOWS = env_str("BATCH_OFF_PEAK_WINDOWS", "")
 
 # The promotion rule: may a version be approved, may it take production traffic? It lives with the
 # eval gates; the catalog's lifecycle and the rollouts, a layer below, ask it through

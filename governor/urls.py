@@ -30,6 +30,10 @@ urlpatterns = [
     path("gates/", include("evaluations.urls.gates")),
     path("cost/", include("evaluations.urls.cost")),
     path("api/audit/", include("audit.api.urls")),
+    path("batches/", include("batches.urls")),
+    path("api/batches/", include("batches.api.urls")),
+    # The OpenAI Batch API, which the gateway passes on to here (docs/decisions/0036).
+    path("v1/", include("batches.api.openai_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/redoc/", RedocView.as_view(url_name="api-schema"), name="api-redoc"),

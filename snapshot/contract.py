@@ -20,7 +20,11 @@ Contract (JSON; ``snapshot.publish`` writes it in two sections: ``tenancy`` buil
                                            "task": "generate" | "embed",   # absent: generate
                                            "max_model_len": int | null,
                                            "max_inflight": int | null}]}},  # null/absent: no limit
-     "prices": {public_name: {"price_id", "input_nanos", "output_nanos"}}}
+     "prices": {public_name: {"price_id", "input_nanos", "output_nanos"}},
+     "batch_prices": {public_name: {"price_id", "input_nanos", "output_nanos"}}}  # absent: none
+
+``batch_prices`` are what batch lines are billed at (docs/decisions/0036); a model without one bills
+its batch lines at its online price.
 
 Limits of 0 mean "no limit". A target's ``tokens_per_image`` is the catalog's bound for its model;
 a route holds budget for the largest of its targets' (unknown counts as ``DEFAULT_TOKENS_PER_IMAGE``),
@@ -37,6 +41,7 @@ is Django-free and imports nothing of the project but ``snapshot.publish``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import random
 from dataclasses import dataclass
@@ -186,6 +191,14 @@ class Snapshot:
     tenants: dict[int, TenantInfo]
     routes: dict[str, Route]
     prices: dict[str, Price]
+    batch_prices: dict[str, Price] = dataclasses.field(default_factory=dict)
+    # Keys by id, for batch lines (which name their key by id): built on first use, per snapshot.
+    _keys_by_id: dict[int, KeyInfo] | None = None
+
+    def key_by_id(self, key_id: int) -> KeyInfo | None:
+        if self._keys_by_id is None:
+            self._keys_by_id = {k.id: k for k in self.keys.values()}
+        return self._keys_by_id.get(key_id)
 
 
 def empty_snapshot() -> Snapshot:
@@ -266,12 +279,17 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
             free=bool(r.get("free")),
         )
         routes[name] = route
-    prices = {
-        name: Price(
-            price_id=p.get("price_id"), input_nanos=int(p["input_nanos"]), output_nanos=int(p["output_nanos"])
-        )
-        for name, p in data.get("prices", {}).items()
-    }
+    prices, batch_prices = (
+        {
+            name: Price(
+                price_id=p.get("price_id"),
+                input_nanos=int(p["input_nanos"]),
+                output_nanos=int(p["output_nanos"]),
+            )
+            for name, p in (data.get(section) or {}).items()
+        }
+        for section in ("prices", "batch_prices")
+    )
     return Snapshot(
         version=int(data.get("version", 0)),
         generated_at=float(data.get("generated_at", 0)),
@@ -279,6 +297,7 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
         tenants=tenants,
         routes=routes,
         prices=prices,
+        batch_prices=batch_prices,
     )
 
 

@@ -20,7 +20,7 @@ import orjson
 CHANNEL = "snapshot"
 VERSION_KEY = "snapshot:version"
 SECTIONS = ("tenancy", "routes")
-SECTION_FIELDS = {"tenancy": ("keys", "tenants", "prices"), "routes": ("routes",)}
+SECTION_FIELDS = {"tenancy": ("keys", "tenants", "prices", "batch_prices"), "routes": ("routes",)}
 
 
 def section_key(section: str) -> str:

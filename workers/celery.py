@@ -15,11 +15,18 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governor.settings")
 app = Celery("governor")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(
-    ["workers", "events", "audit", "catalog", "billing", "notify", "deployments", "evaluations", "operations"]
+    ["workers", "events", "audit", "catalog", "billing", "notify", "deployments", "evaluations", "operations", "batches"]
 )
 
 # Periodic work. Entries are added by the apps that own the work (see each tasks.py docstring).
 app.conf.beat_schedule = {}
+
+# batches: take up the batches whose runs died with a worker (docs/decisions/0036).
+app.conf.beat_schedule["batches-sweep"] = {
+    "task": "batches.sweep",
+    "schedule": 30.0,
+    "options": {"expires": 30.0},
+}
 
 # deployments: reconcile Ray Serve with the desired deployments (also triggered on every change).
 app.conf.beat_schedule["deployments-reconcile"] = {

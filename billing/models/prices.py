@@ -10,9 +10,21 @@ from django.db import models
 
 
 class Price(models.Model):
-    """A price version for one public model; the one in force is the latest ``effective_from`` ≤ now."""
+    """A price version for one public model; the one in force is the latest ``effective_from`` ≤ now
+    of its ``kind``: "online" for requests, "batch" for the lines of a batch (docs/decisions/0036)."""
+
+    class Kind(models.TextChoices):
+        ONLINE = "online", "Online"
+        BATCH = "batch", "Batch"
 
     public_model = models.CharField(max_length=200, db_index=True)
+    kind = models.CharField(
+        max_length=8,
+        choices=Kind.choices,
+        default=Kind.ONLINE,
+        db_default=Kind.ONLINE,
+        help_text="online: requests; batch: the lines of a batch, priced from the idle capacity they use.",
+    )
     input_per_million = models.DecimalField(
         max_digits=12, decimal_places=3, validators=[MinValueValidator(Decimal("0"))]
     )
@@ -36,7 +48,8 @@ class Price(models.Model):
         ordering = ["public_model", "-effective_from"]
 
     def __str__(self) -> str:
-        return f"{self.public_model}: ${self.input_per_million}/${self.output_per_million} per M"
+        batch = " (batch)" if self.kind == self.Kind.BATCH else ""
+        return f"{self.public_model}{batch}: ${self.input_per_million}/${self.output_per_million} per M"
 
     @property
     def input_nanos(self) -> int:

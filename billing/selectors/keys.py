@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from billing.models import (
     ApiKey,
@@ -42,3 +45,18 @@ def api_keys_visible_to(*, user, reads_everything: bool, tenant_ids: set[int]) -
     if reads_everything:
         return qs
     return qs.filter(tenant_id__in=tenant_ids)
+
+
+def api_key_for_secret(*, secret: str) -> ApiKey | None:
+    """The usable key whose secret this is (not revoked, not expired, of an active tenant), or None:
+    what the console's OpenAI endpoints (``/v1/files``, ``/v1/batches``) authenticate with."""
+    key = (
+        ApiKey.objects.select_related("tenant")
+        .filter(key_hash=hashlib.sha256(secret.encode()).hexdigest(), tenant__is_active=True)
+        .first()
+    )
+    if key is None or key.revoked_at is not None:
+        return None
+    if key.expires_at is not None and key.expires_at <= timezone.now():
+        return None
+    return key

@@ -14,7 +14,7 @@ from billing.models import (
 )
 
 
-def price_for(*, public_model: str, at: dt.datetime | None = None) -> Price | None:
+def price_for(*, public_model: str, at: dt.datetime | None = None, kind: str = "online") -> Price | None:
     """THE price lookup: the price in force for a public model at a time (latest effective_from ≤ at).
 
     Every cost the platform computes goes through here (or ``prices_in_force``, which applies the
@@ -22,16 +22,16 @@ def price_for(*, public_model: str, at: dt.datetime | None = None) -> Price | No
     """
     at = at or timezone.now()
     return (
-        Price.objects.filter(public_model=public_model, effective_from__lte=at)
+        Price.objects.filter(public_model=public_model, kind=kind, effective_from__lte=at)
         .order_by("-effective_from")
         .first()
     )
 
 
-def prices_in_force(*, at: dt.datetime | None = None) -> dict[str, Price]:
+def prices_in_force(*, at: dt.datetime | None = None, kind: str = "online") -> dict[str, Price]:
     """The price in force for every public model that has one (same rule as ``price_for``)."""
     at = at or timezone.now()
-    rows = Price.objects.filter(effective_from__lte=at).order_by("public_model", "-effective_from")
+    rows = Price.objects.filter(kind=kind, effective_from__lte=at).order_by("public_model", "-effective_from")
     out: dict[str, Price] = {}
     for p in rows:
         out.setdefault(p.public_model, p)

@@ -95,7 +95,17 @@ def tenancy_section_build(*, at: dt.datetime | None = None) -> dict:
         name: {"price_id": p.pk, "input_nanos": p.input_nanos, "output_nanos": p.output_nanos}
         for name, p in prices_in_force(at=at).items()
     }
-    return {"generated_at": now, "keys": keys, "tenants": tenants, "prices": prices}
+    batch_prices = {
+        name: {"price_id": p.pk, "input_nanos": p.input_nanos, "output_nanos": p.output_nanos}
+        for name, p in prices_in_force(at=at, kind="batch").items()
+    }
+    return {
+        "generated_at": now,
+        "keys": keys,
+        "tenants": tenants,
+        "prices": prices,
+        "batch_prices": batch_prices,
+    }
 
 
 def tenancy_section_publish() -> int:

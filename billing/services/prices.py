@@ -51,6 +51,7 @@ _PRICE_FIELDS = [
     "output_per_million",
     "effective_from",
     "source",
+    "kind",
     "note",
 ]
 
@@ -99,8 +100,11 @@ def price_publish(
     provenance: dict,
     effective_from: dt.datetime | None = None,
     note: str = "",
+    kind: str = "online",
 ) -> Price:
     """Publish a derived price as a new version, with where it came from; the gateway uses it from then on.
+
+    ``kind`` "batch" publishes the price batch lines are billed at (docs/decisions/0036).
 
     ``provenance`` must name its formula and inputs (run id, measured/predicted label, GPU cost
     version). A zero or negative price is refused: a derivation that yields one is wrong, not free.
@@ -126,6 +130,7 @@ def price_publish(
         effective_from=effective_from or timezone.now(),
         note=note,
         source="derived",
+        kind=kind,
         provenance=provenance,
         created_by=actor if getattr(actor, "pk", None) else None,
     )

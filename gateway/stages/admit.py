@@ -15,6 +15,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
+from gateway.batchlines import STATE
 from gateway.context import Hold
 from gateway.ledger import ledger_record
 from gateway.limits import REASONS, Admission
@@ -147,6 +148,9 @@ def rate_limit_headers(adm: Admission, key: KeyInfo, tenant: TenantInfo) -> list
 async def admit(gw: Gateway, ctx: RequestContext) -> Reply | None:
     model, route, key, tenant = ctx.model, ctx.route, ctx.key, ctx.tenant
     price = ctx.snapshot.prices.get(model)
+    if STATE in ctx.state:
+        # A batch line is billed at the batch price when one is published (docs/decisions/0036).
+        price = ctx.snapshot.batch_prices.get(model) or price
     refused = price_refusal(model=model, route=route, price=price, tenant=tenant)
     if refused is not None:
         return error_reply(

@@ -13,6 +13,7 @@ import hashlib
 import time
 from typing import TYPE_CHECKING
 
+from gateway.batchlines import STATE, identify_line, line_header
 from gateway.replies import Reply, error_reply
 
 if TYPE_CHECKING:
@@ -98,9 +99,17 @@ def auth_refusal(message: str) -> Reply:
 
 
 async def authenticate(gw: Gateway, ctx: RequestContext, scope, receive) -> Reply | None:
-    """Sets ``key``, ``tenant``, ``session``, ``raw`` and ``class_header``."""
+    """Sets ``key``, ``tenant``, ``session``, ``raw`` and ``class_header``.
+
+    A batch line (``X-Governor-Batch-Line``, ``gateway.batchlines``) names its key in a signed
+    header instead of sending one; it is marked in ``ctx.state`` and asks for the sheddable class."""
     cfg = gw.config
-    key, tenant, err, session = identify(gw.snapshots.current, scope["headers"], gw.session_header)
+    line = line_header(scope["headers"])
+    if line is not None:
+        key, tenant, err, which = identify_line(gw.snapshots.current, cfg.batch_secret, line)
+        session = None
+    else:
+        key, tenant, err, session = identify(gw.snapshots.current, scope["headers"], gw.session_header)
     raw = await read_body(scope, receive, cfg.max_body_bytes)
     if raw is None:
         return error_reply(
@@ -113,5 +122,9 @@ async def authenticate(gw: Gateway, ctx: RequestContext, scope, receive) -> Repl
     if err:
         return auth_refusal(err)
     ctx.key, ctx.tenant, ctx.session, ctx.raw = key, tenant, session, raw
-    ctx.class_header = class_header(scope["headers"])
+    if line is not None:
+        ctx.state[STATE] = {"line": which}
+        ctx.class_header = b"batch"
+    else:
+        ctx.class_header = class_header(scope["headers"])
     return None

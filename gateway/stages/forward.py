@@ -17,6 +17,7 @@ import orjson
 
 from asgistream import BodyPusher
 from gateway import metrics as m
+from gateway.batchlines import STATE, store
 from gateway.endpoints import upstream_url
 from gateway.replies import error_body, send_json
 from gateway.responses import FINAL_EVENTS
@@ -163,8 +164,12 @@ async def unary(gw: Gateway, ctx: RequestContext, resp, send) -> None:
     take_usage(ctx, usage)
     if usage is None:
         ctx.completion_tokens = ctx.hold.tokens_est - ctx.prompt_est  # worst case when unknown
+    data = rewrite(ctx, data)
+    if STATE in ctx.state:
+        # A batch line's answer is kept before it is billed: a re-sent line gets it back, unbilled.
+        await store(gw, ctx, 200, data)
     await commit(gw, ctx)
-    data = ctx.response_body = rewrite(ctx, data)
+    ctx.response_body = data
     await send_json(send, 200, data, ctx.headers())
     m.child(m.REQUESTS, ctx.model, "200").inc()
 
