@@ -99,6 +99,7 @@ def _side(ttfts: list[float], long_prompts: int, seconds: float) -> dict:
         "p95_low_ms": lo,
         "p95_high_ms": hi,
         "enough": n >= MIN_SAMPLES,
+        "bar_pct": 0,
     }
 
 
@@ -150,6 +151,9 @@ def route_isolation_ttft(
     for key, isolated in (("isolated", True), ("shared", False)):
         out[key] = _side(ttfts[isolated], longs[isolated], out[key]["seconds"])
     iso, shared = out["isolated"], out["shared"]
+    top = max(iso["p95_ms"] or 0.0, shared["p95_ms"] or 0.0)
+    for side in (iso, shared):  # the bars of the page's small chart, as a share of the longer one
+        side["bar_pct"] = round(100 * side["p95_ms"] / top) if top and side["p95_ms"] is not None else 0
     if not (iso["enough"] and shared["enough"]):
         out["reason"] = (
             f"Not enough data: {iso['n']} short requests with isolation and {shared['n']} without in this "
