@@ -47,6 +47,13 @@ BUILTIN_SUITES: dict[str, BuiltinSuite] = {
             "Half harmful requests that must be refused, half benign ones that must be answered.",
         ),
         BuiltinSuite(
+            "arithmetic_graded",
+            "arithmetic-L1",
+            "numeric",
+            "Arithmetic of five levels of difficulty (category arithmetic-L1 … L5: one-digit sums up to "
+            "two-digit products and three-term expressions), for routing by difficulty; exact number.",
+        ),
+        BuiltinSuite(
             "needle_1k", "needle", "needle", "Retrieve a passphrase hidden in ~1k tokens of filler.", 1024
         ),
         BuiltinSuite(
@@ -75,6 +82,59 @@ def _arithmetic(rng: random.Random, n: int, seed: int) -> list[Case]:
                 scorer="numeric",
                 expected=a + b,
                 messages=({"role": "user", "content": arithmetic_question(a, b)},),
+                max_tokens=8,
+            )
+        )
+    return out
+
+
+# Levels of the graded suite: what each asks (its operands' digits and operators). The level is the
+# case's category, so per-level scores come with the suite; a router never sees it (it reads the
+# request's text).
+GRADED_LEVELS = 5
+
+
+def _graded_question(rng: random.Random, level: int) -> tuple[str, int]:
+    def num(digits: int) -> int:
+        return rng.randint(10 ** (digits - 1) if digits > 1 else 0, 10**digits - 1)
+
+    if level == 1:
+        a, b = num(1), num(1)
+        return f"What is {a} + {b}?", a + b
+    if level == 2:
+        a, b = num(2), num(2)
+        return f"What is {a} + {b}?", a + b
+    if level == 3:
+        if rng.random() < 0.5:
+            a, b = num(3), num(3)
+            return f"What is {a} + {b}?", a + b
+        a, b = sorted((num(2), num(2)), reverse=True)
+        return f"What is {a} - {b}?", a - b
+    if level == 4:
+        if rng.random() < 0.5:
+            a, b = num(2), rng.randint(2, 9)
+            return f"What is {a} * {b}?", a * b
+        a, b = sorted((num(3), num(3)), reverse=True)
+        return f"What is {a} - {b}?", a - b
+    if rng.random() < 0.5:
+        a, b = num(2), num(2)
+        return f"What is {a} * {b}?", a * b
+    a, b, c = num(2), num(2), rng.randint(2, 9)
+    return f"What is ({a} + {b}) * {c}?", (a + b) * c
+
+
+def _arithmetic_graded(rng: random.Random, n: int, seed: int) -> list[Case]:
+    out = []
+    for i in range(n):
+        level = rng.randint(1, GRADED_LEVELS)
+        question, answer = _graded_question(rng, level)
+        out.append(
+            Case(
+                id=f"arithmetic_graded-s{seed}-{i:04d}",
+                category=f"arithmetic-L{level}",
+                scorer="numeric",
+                expected=answer,
+                messages=({"role": "user", "content": question},),
                 max_tokens=8,
             )
         )
@@ -249,6 +309,7 @@ def _needle(context_len: int) -> Callable[[random.Random, int, int], list[Case]]
 
 _GENERATORS: dict[str, Callable[[random.Random, int, int], list[Case]]] = {
     "arithmetic": _arithmetic,
+    "arithmetic_graded": _arithmetic_graded,
     "json_extraction": _json_extraction,
     "refusal": _refusal,
     "needle_1k": _needle(1024),
