@@ -90,6 +90,19 @@ BENCHMARKS = {
         (),
         [],
     ),
+    # Two simulated engines in real time behind a gateway, isolated then shared: ~15 s.
+    "capacity_isolation": (
+        (
+            "short_ttft_p95_ms_isolated",
+            "short_ttft_p95_ms_shared",
+            "short_ttft_p95_ratio",
+            "long_ttft_p95_ms_isolated",
+            "long_ttft_p95_ms_shared",
+            "conditions",
+        ),
+        (),
+        [],
+    ),
     # Starts an engine pair and four gateways (one per swapped piece): tens of seconds on a busy host.
     "gateway-swaps": (
         ("swaps", "cpu_ms_per_request", "paced_cpu_ms_per_request", "conditions"),
@@ -130,6 +143,15 @@ def smoke_run(name: str, keys: tuple[str, ...], extra: tuple[str, ...], tmp_path
 def test_benchmark_smoke_run_writes_its_figures(name, tmp_path):
     keys, extra, _ = BENCHMARKS[name]
     figures = smoke_run(name, keys, extra, tmp_path)
+    if name == "capacity_isolation":
+        # Both runs served what they were offered, and isolation sent the kinds where it said.
+        for run in (figures["isolated_run"], figures["shared_run"]):
+            for kind in ("short", "long"):
+                assert run[kind]["offered"] > 0 and run[kind]["served"] == run[kind]["offered"], run
+        main, long_pool = figures["isolated_run"]["engines"]
+        assert long_pool["pool"] == "long-context"
+        assert main["requests"] == figures["isolated_run"]["short"]["offered"]
+        assert long_pool["requests"] == figures["isolated_run"]["long"]["offered"]
     if name == "gateway-swaps":
         # Every piece was measured both ways under both loads (the figures themselves mean nothing).
         for piece in ("redis", "upstream", "pusher"):
