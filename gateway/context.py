@@ -115,6 +115,9 @@ class RequestContext:
         if self.target is not None:
             h.append((b"x-governor-deployment", self.target.slug.encode()))
             h.append((b"x-governor-pool", self.target.pool.encode()))
+        if self.state.get("route_reason"):  # a router policy chose the version (ADR 0040)
+            h.append((b"x-governor-routed", (self.state["routed"] or "default").encode()))
+            h.append((b"x-governor-route-reason", self.state["route_reason"].encode()))
         return h
 
     def delivered_tokens(self) -> int | None:

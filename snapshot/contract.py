@@ -20,8 +20,16 @@ Contract (JSON; ``snapshot.publish`` writes it in two sections: ``tenancy`` buil
                                            "task": "generate" | "embed",   # absent: generate
                                            "max_model_len": int | null,
                                            "max_inflight": int | null}]}},  # null/absent: no limit
+     "routers": {public_name: {"policy_id", "number", "cheap_version_id", "strong_version_id",
+                               "threshold", "model": {"features", "mean", "scale", "coef",
+                                                      "intercept", "spec_version"}}},
      "prices": {public_name: {"price_id", "input_nanos", "output_nanos"}},
      "batch_prices": {public_name: {"price_id", "input_nanos", "output_nanos"}}}  # absent: none
+
+``routers`` (section ``routers``, built by ``evaluations.services.routing``) carry a route's active
+router policy: the gateway scores the request's text with ``model`` (``evalkit.router``) and sends it
+to the targets of ``cheap_version_id`` when the probability is at least ``threshold``, else to
+``strong_version_id``'s (docs/routing.md, ADR 0040).
 
 ``batch_prices`` are what batch lines are billed at (docs/decisions/0036); a model without one bills
 its batch lines at its online price.
@@ -158,6 +166,18 @@ class Target:
 
 
 @dataclass(slots=True)
+class RouterSpec:
+    """A route's active router policy, as published (the gateway builds its model once per version)."""
+
+    policy_id: int
+    number: int
+    cheap_version_id: int
+    strong_version_id: int
+    threshold: float
+    model: dict
+
+
+@dataclass(slots=True)
 class Route:
     """A public model name and its weighted targets."""
 
@@ -170,6 +190,8 @@ class Route:
     tokens_per_image: int = DEFAULT_TOKENS_PER_IMAGE
     # An admin marked it free (served at $0 on purpose); otherwise no price refuses budgets.
     free: bool = False
+    # Its active router policy (routing by difficulty), if it has one.
+    router: RouterSpec | None = None
 
 
 @dataclass(slots=True)
@@ -279,6 +301,16 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
             free=bool(r.get("free")),
         )
         routes[name] = route
+    for name, spec in (data.get("routers") or {}).items():
+        if name in routes:
+            routes[name].router = RouterSpec(
+                policy_id=int(spec["policy_id"]),
+                number=int(spec["number"]),
+                cheap_version_id=int(spec["cheap_version_id"]),
+                strong_version_id=int(spec["strong_version_id"]),
+                threshold=float(spec["threshold"]),
+                model=dict(spec["model"]),
+            )
     prices, batch_prices = (
         {
             name: Price(

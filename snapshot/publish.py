@@ -4,7 +4,8 @@ The snapshot has two sections, each built and published by the app that owns its
 app imports the other:
 
 - ``tenancy`` (billing): ``keys``, ``tenants`` (limits and budgets) and ``prices``;
-- ``routes`` (deployments): ``routes``.
+- ``routes`` (deployments): ``routes``;
+- ``routers`` (evaluations): ``routers``, the active router policy of each route that has one.
 
 Each section is stored under ``<prefix>snapshot:<section>``; every publish increments
 ``<prefix>snapshot:version`` in the same transaction and announces the new version on the
@@ -19,8 +20,12 @@ import orjson
 
 CHANNEL = "snapshot"
 VERSION_KEY = "snapshot:version"
-SECTIONS = ("tenancy", "routes")
-SECTION_FIELDS = {"tenancy": ("keys", "tenants", "prices", "batch_prices"), "routes": ("routes",)}
+SECTIONS = ("tenancy", "routes", "routers")
+SECTION_FIELDS = {
+    "tenancy": ("keys", "tenants", "prices", "batch_prices"),
+    "routes": ("routes",),
+    "routers": ("routers",),
+}
 
 
 def section_key(section: str) -> str:

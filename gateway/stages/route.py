@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gateway.difficulty import route_by_difficulty
 from gateway.embeddings import context_error
 from gateway.endpoints import PATHS, serves
 from gateway.replies import Reply, error_reply
@@ -69,6 +70,8 @@ def route(gw: Gateway, ctx: RequestContext) -> Reply | None:
             headers=[(b"retry-after", str(retry_s).encode())],
             reason="no_deployment",
         )
+    if r.router is not None and kind != "embeddings":
+        candidates = route_by_difficulty(r.router, ctx, candidates)  # a router policy (ADR 0040)
     ctx.snapshot, ctx.route, ctx.candidates = snap, r, candidates
     session = ctx.session
     ctx.sticky = ctx.body.get("user") or (session.decode("latin-1") if session else None)
