@@ -103,6 +103,12 @@ BENCHMARKS = {
         (),
         [],
     ),
+    # A private Ray head; waits on Ray's autoscaler (its metric push interval is 10 s): about a minute.
+    "capacity_autoscaling": (
+        ("scale_up_s", "scale_down_s", "decide_up_s", "decide_down_s", "errors", "delays", "conditions"),
+        (),
+        [pytest.mark.ray, pytest.mark.slow],
+    ),
     # Starts an engine pair and four gateways (one per swapped piece): tens of seconds on a busy host.
     "gateway-swaps": (
         ("swaps", "cpu_ms_per_request", "paced_cpu_ms_per_request", "conditions"),
