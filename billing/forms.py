@@ -124,6 +124,13 @@ class BudgetForm(_Bootstrap, forms.Form):
     tpm_limit = forms.IntegerField(min_value=0, initial=0, label="Tenant tokens/min")
     max_input_tokens = forms.IntegerField(min_value=0, initial=0, label="Max prompt tokens")
     max_output_tokens = forms.IntegerField(min_value=0, initial=0, label="Max max_tokens")
+    vote_samples_per_month = forms.IntegerField(
+        min_value=0,
+        initial=0,
+        required=False,
+        label="Voting samples/month",
+        help_text="Samples voting requests may spend a calendar month; 0 = no limit (docs/voting.md).",
+    )
     traffic_class = forms.ChoiceField(
         choices=CLASS_CHOICES,
         initial="standard",

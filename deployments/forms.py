@@ -164,7 +164,7 @@ class DeploymentFilterForm(BootstrapMixin, forms.Form):
 class ModelRouteForm(BootstrapMixin, forms.ModelForm):
     class Meta:
         model = ModelRoute
-        fields = ["public_name", "description", "long_context_threshold_tokens", "allowed_tenants"]
+        fields = ["public_name", "description", "long_context_threshold_tokens", "allowed_tenants", "voting"]
         widgets = {"allowed_tenants": forms.CheckboxSelectMultiple(attrs={"class": "form-check-input"})}
 
 

@@ -402,6 +402,14 @@ class ReconcileRun(models.Model):
         return None
 
 
+# How a route takes votes (snapshot.contract.VOTING_MODES, docs/voting.md).
+VOTING_CHOICES = [
+    ("off", "Off"),
+    ("field", "Requests that send governor.vote"),
+    ("n", "governor.vote, and n above 1 as a vote's samples"),
+]
+
+
 class ModelRoute(models.Model):
     """A public model name the gateway serves, split by weight over deployments (``RouteTarget``)."""
 
@@ -424,6 +432,13 @@ class ModelRoute(models.Model):
         blank=True,
         related_name="+",
         help_text="Only these tenants' keys may use this model name; none selected means every tenant.",
+    )
+    voting = models.CharField(
+        max_length=8,
+        choices=VOTING_CHOICES,
+        default="off",
+        help_text="Whether the gateway samples this model several times and answers the majority "
+        "(docs/voting.md): a vote costs up to its budget of samples.",
     )
     # Made by an incident rehearsal: its incidents are labelled as such, and the gateway never
     # serves it (it is left out of the snapshot).

@@ -111,6 +111,8 @@ def reaped_event(event_id: str, record: dict, progress: dict | None, now: float)
         "finished_at": now,
         "gateway": record["g"],
         "traffic_class": record.get("c") or "standard",  # entries written before classes existed
+        "vote_samples": 0,  # a vote's rounds are not journalled: its samples are not known here
+        "vote_samples_saved": 0,
     }
 
 

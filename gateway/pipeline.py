@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from gateway import batchlines
+from gateway import batchlines, vote_forward
 from gateway.context import RequestContext
 from gateway.hooks import Hooks, run_all, run_until_reply
 from gateway.replies import Reply, send_reply
@@ -24,6 +24,7 @@ from gateway.stages.authenticate import authenticate
 from gateway.stages.forward import forward
 from gateway.stages.parse import parse
 from gateway.stages.route import route
+from gateway.voting import STATE
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -45,6 +46,9 @@ class Pipeline:
             reply = await run_until_reply(hooks.before_route, ctx)
         if reply is None:
             reply = route(gw, ctx)
+        if reply is None:
+            # A vote (docs/voting.md) is held for its whole budget of samples: before admission.
+            reply = vote_forward.prepare(gw, ctx)
         line = batchlines.STATE in ctx.state
         if reply is None and line:
             # A batch line is answered at most once: a stored answer, or this attempt takes it.
@@ -83,7 +87,10 @@ class Pipeline:
                 if reply is not None:
                     await settle.answer(gw, ctx, send, reply)
                     return
-            await forward(gw, ctx, send, receive)
+            if STATE in ctx.state:
+                await vote_forward.forward_vote(gw, ctx, send, receive)
+            else:
+                await forward(gw, ctx, send, receive)
         finally:
             if slot is not None:
                 slot.release()

@@ -36,11 +36,13 @@ SEGMENT_MAX_BYTES = 64 * 1024 * 1024
 # line stays in the spool) rather than guess. Bump it, and teach ``_event_row`` the old version,
 # when COLUMNS change; tests/gateway/test_spool_contract.py fails when COLUMNS and the
 # ``billing_usage_event`` table disagree.
-SCHEMA_VERSION = 3
-KNOWN_VERSIONS = frozenset({1, 2, 3})
+SCHEMA_VERSION = 4
+KNOWN_VERSIONS = frozenset({1, 2, 3, 4})
 # What each version added, and what an older line stands for: version 2 the traffic class, version 3
-# the pool of the deployment that answered ("" where older lines did not say).
-V2_DEFAULTS = {"pool": ""}
+# the pool of the deployment that answered ("" where older lines did not say), version 4 a vote's
+# samples spent and saved (0: not a vote).
+V3_DEFAULTS = {"vote_samples": 0, "vote_samples_saved": 0}
+V2_DEFAULTS = {"pool": "", **V3_DEFAULTS}
 V1_DEFAULTS = {"traffic_class": "standard", **V2_DEFAULTS}
 # Columns of the table the shipper does not take from the line.
 TABLE_OWN_COLUMNS = frozenset({"id", "received_at"})
@@ -69,6 +71,8 @@ COLUMNS = (
     "stream",
     "usage_estimated",
     "traffic_class",
+    "vote_samples",
+    "vote_samples_saved",
     "started_at",
     "finished_at",
     "gateway",
@@ -181,6 +185,8 @@ def _event_row(ev: dict) -> tuple:
         ev = {**V1_DEFAULTS, **ev}
     elif version == 2:
         ev = {**V2_DEFAULTS, **ev}
+    elif version == 3:
+        ev = {**V3_DEFAULTS, **ev}
     return tuple(ev.get(c) for c in COLUMNS)
 
 

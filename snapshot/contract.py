@@ -10,10 +10,13 @@ Contract (JSON; ``snapshot.publish`` writes it in two sections: ``tenancy`` buil
      "tenants": {"<id>": {"slug", "rpm", "tpm", "max_input_tokens", "max_output_tokens",
                           "budget": null | {"period": "monthly"|"weekly"|"daily", "amount_nanos",
                                             "hard_cap_nanos": int | null, "soft_percents": [..],
-                                            "spent_period_key", "spent_nanos"}}},
+                                            "spent_period_key", "spent_nanos"},
+                          # voting samples a month (0: no limit) and this month's spend; absent: none
+                          "vote": {"samples_per_month", "period_key", "spent"}}},
      "routes": {public_name: {"long_context_threshold": int | null,
                               "tenant_ids": [int, ..] | null,   # null or absent: every tenant
                               "free": bool,   # served at $0 on purpose; absent: false
+                              "voting": "off" | "field" | "n",   # docs/voting.md; absent: off
                               "targets": [{"deployment_id", "deployment_slug", "version_id",
                                            "base_url", "engine_model", "weight", "pool", "status",
                                            "tokens_per_image": int | null,  # null: unknown
@@ -79,6 +82,11 @@ DEFAULT_CLASS = "standard"
 SERVICE_TIERS = {"priority": "interactive", "default": None, "auto": None, "flex": "sheddable"}
 
 
+# How a route takes votes (docs/voting.md): not at all, through the ``governor.vote`` field, or
+# through that field and OpenAI's ``n`` (above 1: the vote's budget of samples).
+VOTING_MODES = ("off", "field", "n")
+
+
 def lower_class(a: str, b: str) -> str:
     """The less important of two classes."""
     return a if CLASS_RANK[a] >= CLASS_RANK[b] else b
@@ -142,6 +150,11 @@ class TenantInfo:
     max_input_tokens: int
     max_output_tokens: int
     budget: BudgetInfo | None
+    # Voting samples the tenant may spend a calendar month (0: no limit), and what Postgres had
+    # recorded for ``vote_period_key`` when the snapshot was built (seeds the gateway's counter).
+    vote_samples_per_month: int = 0
+    vote_period_key: str = ""
+    vote_spent: int = 0
 
 
 @dataclass(slots=True)
@@ -192,6 +205,9 @@ class Route:
     free: bool = False
     # Its active router policy (routing by difficulty), if it has one.
     router: RouterSpec | None = None
+    # Voting (docs/voting.md): "off", "field" (the ``governor.vote`` field) or "n" (that, and ``n``
+    # above 1 is a vote's budget of samples).
+    voting: str = "off"
 
 
 @dataclass(slots=True)
@@ -257,6 +273,7 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
                 spent_period_key=b.get("spent_period_key", ""),
                 spent_nanos=int(b.get("spent_nanos") or 0),
             )
+        vote = t.get("vote") or {}
         tenants[int(tid)] = TenantInfo(
             id=int(tid),
             slug=t.get("slug", ""),
@@ -265,6 +282,9 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
             max_input_tokens=int(t.get("max_input_tokens") or 0),
             max_output_tokens=int(t.get("max_output_tokens") or 0),
             budget=budget,
+            vote_samples_per_month=int(vote.get("samples_per_month") or 0),
+            vote_period_key=vote.get("period_key") or "",
+            vote_spent=int(vote.get("spent") or 0),
         )
     routes = {}
     for name, r in data.get("routes", {}).items():
@@ -299,6 +319,7 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
             tenant_ids=frozenset(int(t) for t in tids) if tids else None,
             tokens_per_image=max(per_image, default=DEFAULT_TOKENS_PER_IMAGE),
             free=bool(r.get("free")),
+            voting=r.get("voting") if r.get("voting") in VOTING_MODES else "off",
         )
         routes[name] = route
     for name, spec in (data.get("routers") or {}).items():

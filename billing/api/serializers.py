@@ -107,6 +107,7 @@ class LimitsSerializer(serializers.ModelSerializer):
             "max_input_tokens",
             "max_output_tokens",
             "traffic_class",
+            "vote_samples_per_month",
         ]
         # PUT sets all four (0 = none): a missing one is a 400 naming it, never a guessed default.
         extra_kwargs = {
@@ -125,8 +126,8 @@ class UsageEventSerializer(serializers.ModelSerializer):
         fields = [
             "event_id", "tenant", "api_key_prefix", "public_model", "deployment_slug", "version_id", "price_id",
             "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd", "ttft_ms", "tpot_ms", "e2e_ms",
-            "status", "error_type", "http_status", "stream", "usage_estimated", "traffic_class", "started_at",
-            "finished_at",
+            "status", "error_type", "http_status", "stream", "usage_estimated", "traffic_class", "vote_samples",
+            "vote_samples_saved", "started_at", "finished_at",
         ]  # fmt: skip
 
 

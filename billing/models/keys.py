@@ -69,6 +69,11 @@ class TenantLimits(models.Model):
         help_text="The highest traffic class this tenant's keys may use. Under saturation the gateway "
         "sheds sheddable requests first, then standard, never interactive while it admits a lower class.",
     )
+    vote_samples_per_month = models.PositiveIntegerField(
+        default=0,
+        help_text="Samples this tenant's voting requests may spend in a calendar month (UTC); 0 = no limit. "
+        "A vote that would need more gets what is left (docs/voting.md).",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

@@ -68,6 +68,14 @@ class UsageEvent(models.Model):
     traffic_class = models.CharField(
         max_length=16, default="standard", db_default="standard", help_text="The class it was served in."
     )
+    vote_samples = models.PositiveIntegerField(
+        default=0, db_default=0, help_text="A vote's samples generated (docs/voting.md); 0: not a vote."
+    )
+    vote_samples_saved = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text="A vote's samples left unspent of its budget when it stopped early.",
+    )
 
     class Meta:
         db_table = "billing_usage_event"

@@ -44,21 +44,43 @@ def usage_events(
 
 
 def usage_totals(*, events: QuerySet[UsageEvent]) -> dict:
-    """Requests, tokens and cost of a filtered set of events."""
+    """Requests, tokens and cost of a filtered set of events; of them, votes and their samples
+    spent and saved (docs/voting.md)."""
     agg = events.order_by().aggregate(
         requests=Count("id"),
         errors=Count("id", filter=~Q(status=UsageEvent.Status.OK)),
         prompt=Sum("prompt_tokens"),
         completion=Sum("completion_tokens"),
         cost=Sum("cost_nanos"),
+        votes=Count("id", filter=Q(vote_samples__gt=0)),
+        vote_samples=Sum("vote_samples"),
+        vote_saved=Sum("vote_samples_saved"),
     )
+    spent, saved = agg["vote_samples"] or 0, agg["vote_saved"] or 0
     return {
         "requests": agg["requests"] or 0,
         "errors": agg["errors"] or 0,
         "prompt_tokens": agg["prompt"] or 0,
         "completion_tokens": agg["completion"] or 0,
         "cost_usd": Decimal(agg["cost"] or 0) / NANOS_PER_USD,
+        "votes": agg["votes"] or 0,
+        "vote_samples": spent,
+        "vote_samples_saved": saved,
+        # Of the samples the votes could have spent, the share their early stops saved.
+        "vote_saved_percent": 100 * saved / (spent + saved) if spent + saved else None,
     }
+
+
+def vote_samples_spent(*, tenant_ids: list[int], since: dt.datetime) -> dict[int, int]:
+    """Voting samples each tenant's requests spent since ``since`` (seeds the gateways' monthly
+    counters when Redis lost them)."""
+    rows = (
+        UsageEvent.objects.filter(tenant_id__in=tenant_ids, started_at__gte=since, vote_samples__gt=0)
+        .order_by()
+        .values("tenant_id")
+        .annotate(samples=Sum("vote_samples"))
+    )
+    return {r["tenant_id"]: r["samples"] or 0 for r in rows}
 
 
 def usage_by_class(*, events: QuerySet[UsageEvent]) -> list[dict]:

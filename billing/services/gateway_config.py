@@ -15,7 +15,8 @@ from billing.models import (
 )
 from billing.selectors.prices import prices_in_force
 from billing.selectors.spend import period_spend
-from snapshot.contract import DEFAULT_CLASS, lower_class
+from billing.selectors.usage import vote_samples_spent
+from snapshot.contract import DEFAULT_CLASS, lower_class, period_key
 from snapshot.publish import publish_section
 
 
@@ -68,7 +69,13 @@ def tenancy_section_build(*, at: dt.datetime | None = None) -> dict:
             "class": key_class(k.traffic_class, tenant_classes.get(k.tenant_id, DEFAULT_CLASS)),
         }
     tenants = {}
-    for t in Tenant.objects.filter(is_active=True).select_related("limits", "budget"):
+    active = list(Tenant.objects.filter(is_active=True).select_related("limits", "budget"))
+    # Voting samples (docs/voting.md): a calendar month's, seeded from what Postgres recorded.
+    vote_period = period_key("monthly", now)[0]
+    month_start = at.astimezone(dt.UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    voters = [t.pk for t in active if getattr(getattr(t, "limits", None), "vote_samples_per_month", 0)]
+    vote_spent = vote_samples_spent(tenant_ids=voters, since=month_start) if voters else {}
+    for t in active:
         limits = getattr(t, "limits", None)
         budget = getattr(t, "budget", None)
         b = None
@@ -90,6 +97,13 @@ def tenancy_section_build(*, at: dt.datetime | None = None) -> dict:
             "max_input_tokens": limits.max_input_tokens if limits else 0,
             "max_output_tokens": limits.max_output_tokens if limits else 0,
             "budget": b,
+            "vote": {
+                "samples_per_month": limits.vote_samples_per_month,
+                "period_key": vote_period,
+                "spent": vote_spent.get(t.pk, 0),
+            }
+            if limits is not None and limits.vote_samples_per_month
+            else None,
         }
     prices = {
         name: {"price_id": p.pk, "input_nanos": p.input_nanos, "output_nanos": p.output_nanos}

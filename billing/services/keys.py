@@ -127,9 +127,10 @@ def tenant_limits_set(
     actor,
     reason: str = "",
     traffic_class: str | None = None,
+    vote_samples_per_month: int | None = None,
 ) -> TenantLimits:
-    """Set a tenant's rate limits and admission caps (0 = none), and the highest traffic class its
-    keys may use (None: leave it as it is)."""
+    """Set a tenant's rate limits and admission caps (0 = none), the highest traffic class its
+    keys may use and the voting samples it may spend a month (None: leave either as it is)."""
     stored = TenantLimits.objects.filter(tenant=tenant).first()
     before = snapshot(stored) if stored is not None else None
     wanted = {
@@ -142,6 +143,10 @@ def tenant_limits_set(
         if traffic_class not in CLASS_RANK:
             raise ValidationError({"traffic_class": f"Unknown traffic class {traffic_class!r}."})
         wanted["traffic_class"] = traffic_class
+    if vote_samples_per_month is not None:
+        if vote_samples_per_month < 0:
+            raise ValidationError({"vote_samples_per_month": "A number of samples is not negative."})
+        wanted["vote_samples_per_month"] = vote_samples_per_month
     if stored is not None and all(getattr(stored, k) == v for k, v in wanted.items()):
         return stored  # nothing changed: no write, so no ``updated_at`` move for the raw trigger to record
     limits, _ = TenantLimits.objects.update_or_create(tenant=tenant, defaults=wanted)

@@ -61,6 +61,7 @@ class BudgetEditView(PlatformAdminRequiredMixin, View):
                 max_input_tokens=limits.max_input_tokens,
                 max_output_tokens=limits.max_output_tokens,
                 traffic_class=limits.traffic_class,
+                vote_samples_per_month=limits.vote_samples_per_month,
             )
         return initial
 
@@ -98,6 +99,7 @@ class BudgetEditView(PlatformAdminRequiredMixin, View):
             max_input_tokens=d["max_input_tokens"],
             max_output_tokens=d["max_output_tokens"],
             traffic_class=d.get("traffic_class") or None,  # absent from an older form: unchanged
+            vote_samples_per_month=d.get("vote_samples_per_month"),
             actor=request.user,
         )
         messages.success(request, f"Budget and limits of {tenant} saved; gateways apply them within seconds.")

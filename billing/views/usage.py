@@ -66,7 +66,7 @@ class _Echo:
 CSV_FIELDS = [
     "started_at", "event_id", "tenant", "api_key_prefix", "public_model", "deployment_slug", "status", "error_type",
     "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd", "ttft_ms", "tpot_ms", "e2e_ms", "stream",
-    "usage_estimated", "traffic_class",
+    "usage_estimated", "traffic_class", "vote_samples", "vote_samples_saved",
 ]  # fmt: skip
 
 
@@ -96,6 +96,8 @@ def _usage_csv(events) -> StreamingHttpResponse:
                     e.stream,
                     e.usage_estimated,
                     e.traffic_class,
+                    e.vote_samples,
+                    e.vote_samples_saved,
                 ]  # fmt: skip
             )
 

@@ -146,6 +146,7 @@ class ModelRouteSerializer(serializers.ModelSerializer):
             "description",
             "long_context_threshold_tokens",
             "allowed_tenants",
+            "voting",
             "free_reason",
             "targets",
             "created_at",

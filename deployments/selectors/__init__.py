@@ -71,6 +71,8 @@ def routing_table() -> dict:
             "tenant_ids": tenant_ids or None,
             # Served at $0 on purpose (an admin said why); otherwise a missing price refuses budgets.
             "free": bool(route.free_reason),
+            # Whether it takes votes (docs/voting.md): "off", "field" or "n".
+            "voting": route.voting,
             "targets": [
                 {
                     "deployment_id": t.deployment_id,

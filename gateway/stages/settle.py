@@ -21,6 +21,7 @@ from gateway import metrics as m
 from gateway.replies import Reply, error_body, send_json
 from gateway.responses import responses_usage
 from gateway.spool import SCHEMA_VERSION as SPOOL_SCHEMA_VERSION
+from gateway.voting import STATE as VOTE_STATE
 from snapshot.contract import ALERTS_LIST
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ async def settle(gw: Gateway, ctx: RequestContext) -> None:
 def usage_event(gw: Gateway, ctx: RequestContext, finished_at: float, e2e: float) -> dict:
     """The spool line (``gateway.spool.COLUMNS``) for this request."""
     tg = ctx.target
+    vote = ctx.state.get(VOTE_STATE)
     tpot = None  # undefined for a non-streamed answer: it arrives whole, with no gap between tokens
     if ctx.stream and ctx.ttft is not None and ctx.completion_tokens > 1:
         tpot = (e2e - ctx.ttft) / (ctx.completion_tokens - 1) * 1000
@@ -127,6 +129,9 @@ def usage_event(gw: Gateway, ctx: RequestContext, finished_at: float, e2e: float
         "finished_at": finished_at,
         "gateway": gw.name,
         "traffic_class": ctx.traffic_class,
+        # A vote's samples (docs/voting.md): spent, and left unspent of its budget; 0 for other requests.
+        "vote_samples": vote.spent if vote is not None else 0,
+        "vote_samples_saved": vote.saved if vote is not None else 0,
     }
 
 

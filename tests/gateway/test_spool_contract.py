@@ -68,6 +68,8 @@ def _line(**over) -> bytes:
         "finished_at": 1.7e9,
         "gateway": "test",
         "traffic_class": "sheddable",
+        "vote_samples": 5,
+        "vote_samples_saved": 11,
     }
     ev.update(over)
     return orjson.dumps(ev) + b"\n"
@@ -90,20 +92,25 @@ def test_shipper_inserts_every_column_and_refuses_unknown_versions(tmp_path):
             "sheddable",
             "long-context",
         )
+        assert (ev.vote_samples, ev.vote_samples_saved) == (5, 11)
         # A line of version 1 (a gateway from before traffic classes) is standard traffic; neither
         # it nor a line of version 2 (before pools) says which pool answered.
         old = orjson.loads(_line(schema_version=1))
-        del old["traffic_class"], old["pool"]
+        del old["traffic_class"], old["pool"], old["vote_samples"], old["vote_samples_saved"]
         v2 = orjson.loads(_line(schema_version=2))
-        del v2["pool"]
+        del v2["pool"], v2["vote_samples"], v2["vote_samples_saved"]
+        # Nor does one of version 3 (before votes) carry samples: it was no vote.
+        v3 = orjson.loads(_line(schema_version=3))
+        del v3["vote_samples"], v3["vote_samples_saved"]
         with seg.open("ab") as f:
-            f.write(orjson.dumps(old) + b"\n" + orjson.dumps(v2) + b"\n")
-        assert shipper.ship_once() == 2
+            f.write(orjson.dumps(old) + b"\n" + orjson.dumps(v2) + b"\n" + orjson.dumps(v3) + b"\n")
+        assert shipper.ship_once() == 3
+        assert UsageEvent.objects.get(event_id=v3["event_id"]).vote_samples == 0
         assert UsageEvent.objects.get(event_id=old["event_id"]).traffic_class == "standard"
         assert UsageEvent.objects.get(event_id=old["event_id"]).pool == ""
         assert UsageEvent.objects.get(event_id=v2["event_id"]).pool == ""
         assert UsageEvent.objects.get(event_id=v2["event_id"]).traffic_class == "sheddable"
-        good += orjson.dumps(old) + b"\n" + orjson.dumps(v2) + b"\n"
+        good += orjson.dumps(old) + b"\n" + orjson.dumps(v2) + b"\n" + orjson.dumps(v3) + b"\n"
         newer = _line(schema_version=spool.SCHEMA_VERSION + 1)
         with seg.open("ab") as f:
             f.write(newer)
