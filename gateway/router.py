@@ -114,9 +114,9 @@ class Router:
 
         ``targets``: those of the route's targets that serve the request's endpoint (default: all),
         filtered before a pool is chosen, so a long pool that cannot serve the endpoint does not
-        hide one that can. ``needs_tokens``: the prompt (the leaning-high estimate) plus the output
-        limit, the context the request needs; a target whose ``max_model_len`` is smaller would
-        refuse it.
+        hide one that can. ``needs_tokens``: the prompt by the leaning-high estimate, the context the
+        request cannot do without; a target whose ``max_model_len`` is smaller would refuse it (vLLM
+        refuses a prompt longer than its context and cuts the output to what is left of it).
 
         - A prompt over the route's threshold goes to the ``long-context`` pool when it has a
           healthy target. When it has none (down, ejected, drained), the prompt goes to the other

@@ -57,7 +57,7 @@ def route(gw: Gateway, ctx: RequestContext) -> Reply | None:
         r,
         router.prompt_tokens(model, kind, ctx.prompt_est),
         [t for t in r.targets if serves(t, kind)],
-        needs_tokens=ctx.prompt_est + ctx.max_tokens,
+        needs_tokens=ctx.prompt_est,
     )
     if not candidates:
         # Unknown (not heard from since the start), failing or ejected: 503 with a time to retry.

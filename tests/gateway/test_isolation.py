@@ -221,3 +221,27 @@ def test_a_full_long_pool_keeps_its_long_prompts_instead_of_spilling_them_onto_t
     finally:
         release.set()
         holder.join(60)
+
+
+@pytest.mark.django_db
+@pytest.mark.slow
+def test_a_prompt_longer_than_the_main_pools_context_is_sent_to_the_long_pool(
+    gateway, engine_a, engine_b, secret
+):
+    """Whatever the threshold (none here): the main deployment's context is 2048 tokens. A request
+    that leaves ``max_tokens`` at the gateway's default (4096) still fits there when its prompt does:
+    the engine cuts the output to what is left of the context."""
+    name = f"iso-{uuid.uuid4().hex[:8]}"
+    table = _isolated_route(name, engine_a, engine_b, threshold=None)
+    table[name]["targets"][0]["max_model_len"] = 2048
+    publish(gateway, table)
+    c = openai.OpenAI(base_url=gateway + "/v1", api_key=secret, max_retries=0)
+    raw = c.chat.completions.with_raw_response.create(model=name, messages=_words(3000), max_tokens=2)
+    assert raw.headers["x-governor-pool"] == "long-context" and raw.parse().usage.prompt_tokens == 3000
+    raw = c.chat.completions.with_raw_response.create(model=name, messages=_words(500), max_tokens=2)
+    assert raw.headers["x-governor-pool"] == "online"
+    with c.chat.completions.with_streaming_response.create(
+        model=name, messages=_words(500), stream=True
+    ) as s:
+        assert s.headers["x-governor-pool"] == "online"
+        s.close()
