@@ -62,6 +62,14 @@ class Verdict(models.TextChoices):
     ERROR = "error", "Error"
 
 
+class RouterStatus(models.TextChoices):
+    """A router policy's life: trained (draft), served by the gateway (active), replaced (retired)."""
+
+    DRAFT = "draft", "Draft"
+    ACTIVE = "active", "Active"
+    RETIRED = "retired", "Retired"
+
+
 class GateMode(models.TextChoices):
     """How a gate run gets its performance and stability figures."""
 

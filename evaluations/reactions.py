@@ -7,7 +7,8 @@ running once; a cross-check claims its queued state under a row lock).
 
 from __future__ import annotations
 
-from evaluations.services import benchmarks, evals, gates, planner
+from evaluations.services import benchmarks, evals, gates, planner, routing
+from events.services import coalescing
 
 
 def benchmark_run_enqueue(event) -> None:
@@ -28,3 +29,9 @@ def gate_run_enqueue(event) -> None:
 
 def capacity_plan_enqueue(event) -> None:
     planner._enqueue(event.payload["plan"])
+
+
+@coalescing
+def routers_publish(event) -> None:
+    """A router policy was activated or retired: publish the gateway's ``routers`` section."""
+    routing.routers_section_publish()

@@ -352,6 +352,9 @@ GOVERNOR_REACTIONS = {
     "evaluations.eval_run_queued": ["evaluations.reactions.eval_run_enqueue"],
     "evaluations.gate_run_queued": ["evaluations.reactions.gate_run_enqueue"],
     "evaluations.capacity_plan_queued": ["evaluations.reactions.capacity_plan_enqueue"],
+    # evaluations: the gateway's routers section follows which router policy each route serves.
+    "router_policy.activate": ["evaluations.reactions.routers_publish"],
+    "router_policy.retire": ["evaluations.reactions.routers_publish"],
 }
 # A failed reaction is retried after 2 s, 4 s, 8 s … up to this cap, and given up (shown as failed
 # in the admin and by ``manage.py events``) after this many attempts.

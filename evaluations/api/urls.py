@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from evaluations.api.views import benchmarks, evals, gates
+from evaluations.api.views import benchmarks, evals, gates, routing
 
 app_name = "evaluations-api"
 
@@ -16,4 +16,13 @@ urlpatterns = [
     path("gate-decisions/", gates.DecisionListView.as_view(), name="decision_list"),
     path("versions/<int:pk>/gates/", gates.VersionGatesView.as_view(), name="version_gates"),
     path("versions/<int:pk>/gates/run/", gates.GateRunStartView.as_view(), name="gate_run_start"),
+    path("router-policies/", routing.RouterPolicyListView.as_view(), name="router_list"),
+    path("router-policies/<int:pk>/", routing.RouterPolicyDetailView.as_view(), name="router_detail"),
+    path("router-policies/<int:pk>/gate/", routing.RouterPolicyGateView.as_view(), name="router_gate"),
+    path(
+        "router-policies/<int:pk>/activate/",
+        routing.RouterPolicyActivateView.as_view(),
+        name="router_activate",
+    ),
+    path("router-policies/<int:pk>/retire/", routing.RouterPolicyRetireView.as_view(), name="router_retire"),
 ]

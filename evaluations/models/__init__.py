@@ -8,6 +8,7 @@ from evaluations.models.benchmarks import BenchmarkRun
 from evaluations.models.cost import CapacityPlan, SimulatorCalibration
 from evaluations.models.evals import EvalCaseResult, EvalRun, EvalSuite, EvalSuiteVersion
 from evaluations.models.gates import GateDecision, GatePolicy, GateRun
+from evaluations.models.routing import RouterPolicy
 
 __all__ = [
     "BenchmarkRun",
@@ -19,5 +20,6 @@ __all__ = [
     "GateDecision",
     "GatePolicy",
     "GateRun",
+    "RouterPolicy",
     "SimulatorCalibration",
 ]

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from evaluations.views import evals, gates
+from evaluations.views import evals, gates, routing
 
 app_name = "gates"
 
@@ -21,5 +21,9 @@ urlpatterns = [
     path("suites/<int:pk>/run/", evals.EvalRunStartView.as_view(), name="evalrun_start"),
     path("suites/<int:pk>/v<int:number>.jsonl", evals.SuiteDownloadView.as_view(), name="suite_download"),
     path("evals/<int:pk>/", evals.EvalRunDetailView.as_view(), name="evalrun_detail"),
+    path("routers/", routing.RouterListView.as_view(), name="router_list"),
+    path("routers/train/", routing.RouterTrainView.as_view(), name="router_train"),
+    path("routers/<int:pk>/", routing.RouterDetailView.as_view(), name="router_detail"),
+    path("routers/<int:pk>/<str:action>/", routing.RouterActionView.as_view(), name="router_action"),
     path("evals/<int:pk>/export.<str:fmt>", evals.EvalRunExportView.as_view(), name="evalrun_export"),
 ]
