@@ -48,6 +48,11 @@ BENCHMARKS = {
     "gates": (("gate_wall_s", "gate_s", "verdicts", "conditions"), (), [pytest.mark.slow]),
     "deployments": (("summary", "rounds", "ray_version"), (), [pytest.mark.ray, pytest.mark.slow]),
     "http1_parsers": (("us_per_response", "ratio_to_llhttp", "conditions"), (), []),
+    "routing": (
+        ("cost_ratio", "quality_ratio", "quality_ratio_interval", "operating_point", "curve", "conditions"),
+        (),
+        [],
+    ),
     "incidents": (
         (
             "detect_s_max",
