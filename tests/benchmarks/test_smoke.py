@@ -48,6 +48,20 @@ BENCHMARKS = {
     "gates": (("gate_wall_s", "gate_s", "verdicts", "conditions"), (), [pytest.mark.slow]),
     "deployments": (("summary", "rounds", "ray_version"), (), [pytest.mark.ray, pytest.mark.slow]),
     "http1_parsers": (("us_per_response", "ratio_to_llhttp", "conditions"), (), []),
+    "voting": (
+        (
+            "samples_saved_pct",
+            "accuracy_adaptive",
+            "accuracy_fixed",
+            "accuracy_delta_points",
+            "budget",
+            "rule",
+            "measured",
+            "conditions",
+        ),
+        (),
+        [],
+    ),
     "routing": (
         ("cost_ratio", "quality_ratio", "quality_ratio_interval", "operating_point", "curve", "conditions"),
         (),

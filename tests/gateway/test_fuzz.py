@@ -71,6 +71,8 @@ params = {
     "tools": st.one_of(st.lists(json_values, max_size=3), json_values),
     "response_format": json_values,
     "seed": json_values,
+    # Voting (docs/voting.md): the Governor field, well-formed or not.
+    "governor": st.one_of(st.fixed_dictionaries({"vote": json_values}), json_values),
 }
 chat_body = st.fixed_dictionaries(
     {"model": params["model"], "messages": st.lists(message, min_size=0, max_size=4)},
