@@ -17,7 +17,7 @@ from billing.models.money import NANOS_PER_USD
 
 class UsageRollup(models.Model):
     """Requests, tokens, cost, errors and latency sketches of one bucket × tenant × model × version × key ×
-    deployment × price version.
+    deployment × price version × traffic class.
 
     The price version is a dimension so that the FOCUS export can split a row into one charge per SKU
     (input tokens, output tokens) at the unit prices actually billed (ADR 0022).
@@ -41,6 +41,10 @@ class UsageRollup(models.Model):
     price_id = models.BigIntegerField(
         default=0, help_text="The price version the events were billed at (0: none); FOCUS rows need it."
     )
+    traffic_class = models.CharField(
+        max_length=16, default="standard", db_default="standard",
+        help_text="The events' traffic class (interactive, standard, sheddable): the cost page splits by it.",
+    )  # fmt: skip
     requests = models.BigIntegerField(default=0)
     errors = models.BigIntegerField(default=0)
     prompt_tokens = models.BigIntegerField(default=0)
@@ -64,6 +68,7 @@ class UsageRollup(models.Model):
                     "api_key_id",
                     "deployment_id",
                     "price_id",
+                    "traffic_class",
                 ],
                 name="unique_usage_rollup_bucket",
             )

@@ -72,8 +72,11 @@ def cost_series(
 
 
 def cost_breakdown(*, tenant_id: int | None, since: dt.datetime, until: dt.datetime, by: str) -> list[dict]:
-    """Spend and tokens by ``model`` or ``key`` (largest spend first); keys named by their prefix."""
-    field = {"model": "public_model", "key": "api_key_id", "tenant": "tenant_id"}[by]
+    """Spend and tokens by ``model``, ``key``, ``tenant`` or traffic ``class`` (largest spend first);
+    keys named by their prefix."""
+    field = {"model": "public_model", "key": "api_key_id", "tenant": "tenant_id", "class": "traffic_class"}[
+        by
+    ]
     rows = (
         daily_rollups(tenant_id=tenant_id, since=since, until=until)
         .values(field)
@@ -95,7 +98,7 @@ def cost_breakdown(*, tenant_id: int | None, since: dt.datetime, until: dt.datet
         names = dict(Tenant.objects.filter(pk__in=[r[field] for r in rows]).values_list("pk", "name"))
     out = []
     for r in rows:
-        label = r[field] if by == "model" else names.get(r[field], f"#{r[field]} (deleted)")
+        label = r[field] if by in ("model", "class") else names.get(r[field], f"#{r[field]} (deleted)")
         out.append(
             {
                 "label": label,

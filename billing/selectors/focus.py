@@ -1,6 +1,7 @@
 """The FOCUS 1.2 dataset of a tenant's charges, row by row, read from the daily rollups (ADR 0022).
 
-One row per charge and SKU: a rollup row (day × model × version × key × deployment × price version)
+One row per charge and SKU: a rollup row (day × model × version × key × deployment × price version ×
+traffic class, the last as the tag ``x_governor/traffic_class``)
 becomes an "input tokens" row and an "output tokens" row, each priced at the unit price of the price
 version the gateway billed it at, so ``ListUnitPrice × PricingQuantity = ListCost`` holds on every
 row (the spec's ListCost/ContractedCost requirements). Cached input tokens are billed at the input
@@ -131,8 +132,8 @@ def _cost_only(row: dict, nanos: int, *, category: str, charge_class: str | None
 
 
 _ROLLUP_FIELDS = (
-    "bucket_start", "public_model", "version_id", "api_key_id", "deployment_id", "price_id", "requests",
-    "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nanos",
+    "bucket_start", "public_model", "version_id", "api_key_id", "deployment_id", "price_id", "traffic_class",
+    "requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nanos",
 )  # fmt: skip
 
 
@@ -142,7 +143,9 @@ def focus_rows(*, tenant: Tenant, since: dt.datetime, until: dt.datetime) -> Ite
     rollups = daily_rollups(tenant_id=tenant.pk, since=since, until=until)
     price_ids = set(rollups.exclude(price_id=0).values_list("price_id", flat=True).distinct())
     prices = {p.pk: p for p in Price.objects.filter(pk__in=price_ids)}
-    rows = rollups.order_by("bucket_start", "public_model", "api_key_id", "deployment_id", "price_id")
+    rows = rollups.order_by(
+        "bucket_start", "public_model", "api_key_id", "deployment_id", "price_id", "traffic_class"
+    )
     for r in rows.values_list(*_ROLLUP_FIELDS).iterator(chunk_size=2000):
         (
             day,
@@ -151,6 +154,7 @@ def focus_rows(*, tenant: Tenant, since: dt.datetime, until: dt.datetime) -> Ite
             key_id,
             dep_id,
             price_id,
+            traffic_class,
             requests,
             errors,
             prompt,
@@ -160,16 +164,17 @@ def focus_rows(*, tenant: Tenant, since: dt.datetime, until: dt.datetime) -> Ite
         ) = r
         yield from _usage_rows(
             tenant, day.astimezone(dt.UTC), model, version_id, key_id, dep_id, prices.get(price_id),
-            requests, errors, prompt, completion, cached, cost,
+            requests, errors, prompt, completion, cached, cost, traffic_class,
         )  # fmt: skip
     yield from _reprice_rows(tenant, since, until)
 
 
 def _usage_rows(
     tenant, day, model, version_id, key_id, dep_id, price: Price | None, requests, errors, prompt, completion,
-    cached, cost,
+    cached, cost, traffic_class: str = "standard",
 ) -> Iterator[dict]:  # fmt: skip
     tags = {
+        f"{TAG_PREFIX}traffic_class": traffic_class,
         f"{TAG_PREFIX}api_key_id": str(key_id) if key_id else None,
         f"{TAG_PREFIX}deployment_id": str(dep_id) if dep_id else None,
         f"{TAG_PREFIX}model_version_id": str(version_id) if version_id else None,

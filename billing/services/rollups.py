@@ -47,13 +47,14 @@ SELECT max(id), count(*) FROM (
 
 _DIMS = """date_trunc('hour', started_at AT TIME ZONE 'UTC') AS hour, tenant_id, public_model,
   COALESCE(version_id, 0) AS version_id, COALESCE(api_key_id, 0) AS api_key_id,
-  COALESCE(deployment_id, 0) AS deployment_id, COALESCE(price_id, 0) AS price_id"""
+  COALESCE(deployment_id, 0) AS deployment_id, COALESCE(price_id, 0) AS price_id, traffic_class"""
+_NDIMS = 7  # the dimensions after the hour, in _DIMS's order
 
 _SUMS_SQL = f"""
 SELECT {_DIMS}, count(*), count(*) FILTER (WHERE status <> 'ok'), sum(prompt_tokens), sum(completion_tokens),
        sum(cached_tokens), sum(cost_nanos)
 FROM billing_usage_event WHERE id > %(after)s AND id <= %(upto)s
-GROUP BY 1, 2, 3, 4, 5, 6, 7
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
 """
 
 # One row per (hour, dimensions, metric, bucket key): the DDSketch bins of TTFT and TPOT. TPOT is the
@@ -61,22 +62,24 @@ GROUP BY 1, 2, 3, 4, 5, 6, 7
 # wrote a near-zero figure for it, which would drag the tenant's percentiles down); it still counts
 # in TTFT, the time its client waited for the first token.
 _BINS_SQL = f"""
-SELECT hour, tenant_id, public_model, version_id, api_key_id, deployment_id, price_id, metric, k, count(*) FROM (
+SELECT hour, tenant_id, public_model, version_id, api_key_id, deployment_id, price_id, traffic_class, metric, k,
+       count(*) FROM (
   SELECT {_DIMS}, 't' AS metric, CASE WHEN ttft_ms > 0 THEN ceil(ln(ttft_ms) / %(ln_gamma)s)::int END AS k
   FROM billing_usage_event WHERE id > %(after)s AND id <= %(upto)s AND ttft_ms IS NOT NULL
   UNION ALL
   SELECT {_DIMS}, 'p' AS metric, CASE WHEN tpot_ms > 0 THEN ceil(ln(tpot_ms) / %(ln_gamma)s)::int END AS k
   FROM billing_usage_event WHERE id > %(after)s AND id <= %(upto)s AND tpot_ms IS NOT NULL AND stream
 ) s
-GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 """
 
 _UPSERT_SQL = """
 INSERT INTO billing_usage_rollup (granularity, bucket_start, tenant_id, public_model, version_id, api_key_id,
-    deployment_id, price_id, requests, errors, prompt_tokens, completion_tokens, cached_tokens, cost_nanos,
-    ttft_sketch, tpot_sketch, updated_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (granularity, bucket_start, tenant_id, public_model, version_id, api_key_id, deployment_id, price_id)
+    deployment_id, price_id, traffic_class, requests, errors, prompt_tokens, completion_tokens, cached_tokens,
+    cost_nanos, ttft_sketch, tpot_sketch, updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (granularity, bucket_start, tenant_id, public_model, version_id, api_key_id, deployment_id, price_id,
+    traffic_class)
 DO UPDATE SET requests = EXCLUDED.requests, errors = EXCLUDED.errors, prompt_tokens = EXCLUDED.prompt_tokens,
     completion_tokens = EXCLUDED.completion_tokens, cached_tokens = EXCLUDED.cached_tokens,
     cost_nanos = EXCLUDED.cost_nanos, ttft_sketch = EXCLUDED.ttft_sketch, tpot_sketch = EXCLUDED.tpot_sketch,
@@ -117,7 +120,7 @@ def _aggregate(cur, after: int, upto: int) -> dict[tuple, _Acc]:
 
     cur.execute(_SUMS_SQL, {"after": after, "upto": upto})
     for hour, *rest in cur.fetchall():
-        dims, (n, errors, prompt, completion, cached, cost) = tuple(rest[:6]), rest[6:]
+        dims, (n, errors, prompt, completion, cached, cost) = tuple(rest[:_NDIMS]), rest[_NDIMS:]
         for acc in accs(hour, dims):
             acc.requests += n
             acc.errors += errors
@@ -127,7 +130,7 @@ def _aggregate(cur, after: int, upto: int) -> dict[tuple, _Acc]:
             acc.cost += int(cost or 0)
     cur.execute(_BINS_SQL, {"after": after, "upto": upto, "ln_gamma": LN_GAMMA})
     for hour, *rest in cur.fetchall():
-        dims, (metric, k, n) = tuple(rest[:6]), rest[6:]
+        dims, (metric, k, n) = tuple(rest[:_NDIMS]), rest[_NDIMS:]
         for acc in accs(hour, dims):
             if k is None:
                 if metric == "t":
@@ -149,12 +152,12 @@ def _merge_into_rollups(groups: dict[tuple, _Acc]) -> int:
     existing = {}
     for row in UsageRollup.objects.filter(bucket_start__in=buckets, tenant_id__in=tenants).values_list(
         "granularity", "bucket_start", "tenant_id", "public_model", "version_id", "api_key_id", "deployment_id",
-        "price_id", "requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_nanos",
-        "ttft_sketch", "tpot_sketch",
+        "price_id", "traffic_class", "requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens",
+        "cost_nanos", "ttft_sketch", "tpot_sketch",
     ):  # fmt: skip
-        key = (row[0], _utc(row[1]), *row[2:8])
+        key = (row[0], _utc(row[1]), *row[2:9])
         if key in groups:
-            existing[key] = row[8:]
+            existing[key] = row[9:]
     now = timezone.now()
     params = []
     for key, acc in groups.items():
@@ -173,9 +176,10 @@ def _merge_into_rollups(groups: dict[tuple, _Acc]) -> int:
             acc.ttft_zero += tz
             bins_add(acc.tpot, pb_)
             acc.tpot_zero += pz
-        gran, bucket, tenant_id, model, version_id, key_id, dep_id, price_id = key
+        gran, bucket, tenant_id, model, version_id, key_id, dep_id, price_id, traffic_class = key
         params.append(
-            (gran, bucket, tenant_id, model, version_id, key_id, dep_id, price_id, acc.requests, acc.errors,
+            (gran, bucket, tenant_id, model, version_id, key_id, dep_id, price_id, traffic_class, acc.requests,
+             acc.errors,
              acc.prompt, acc.completion, acc.cached, acc.cost, bins_dumps(acc.ttft, acc.ttft_zero),
              bins_dumps(acc.tpot, acc.tpot_zero), now)
         )  # fmt: skip

@@ -22,6 +22,7 @@ from billing.selectors.costs import (
     rollup_freshness,
 )
 from core.access import PlatformUserRequiredMixin, can_read_tenant
+from snapshot.contract import CLASS_RANK
 
 DEFAULT_DAYS = 30
 
@@ -63,6 +64,10 @@ class TenantCostView(PlatformUserRequiredMixin, View):
         series = cost_series(tenant_id=tenant.pk, since=since, until=until, bucket=bucket)
         by_model = cost_breakdown(tenant_id=tenant.pk, since=since, until=until, by="model")
         by_key = cost_breakdown(tenant_id=tenant.pk, since=since, until=until, by="key")
+        by_class = sorted(
+            cost_breakdown(tenant_id=tenant.pk, since=since, until=until, by="class"),
+            key=lambda c: CLASS_RANK.get(c["label"], len(CLASS_RANK)),
+        )
         burndown = budget_burndown(tenant=tenant)
         chart = {
             "labels": [s["bucket"].date().isoformat() for s in series],
@@ -97,6 +102,7 @@ class TenantCostView(PlatformUserRequiredMixin, View):
             "total_requests": sum(s["requests"] for s in series),
             "by_model": by_model,
             "by_key": by_key,
+            "by_class": by_class,
             "latency": latency_percentiles(tenant_id=tenant.pk, since=since, until=until),
             "burndown": burndown,
             "freshness": rollup_freshness(),

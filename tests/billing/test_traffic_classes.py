@@ -116,3 +116,44 @@ def test_the_usage_page_counts_and_filters_by_class_and_exports_it(member_client
         and len(lines) == 3
         and all(x.endswith(",standard") for x in lines[1:])
     )
+
+
+def test_the_cost_page_splits_spend_by_class_from_the_rollups_and_focus_tags_it(member_client, tenant):
+    """The rollups keep the class as a dimension (billing.services.rollups): the cost page's by-class
+    table, read from them, equals a sum over the raw events, and each FOCUS row is tagged with it."""
+    from django.db.models import Count, Q, Sum
+
+    from billing.models import UsageRollup
+    from billing.services.rollups import usage_rollup_batch
+
+    for cls, cost in (("interactive", 7000), ("interactive", 3000), ("standard", 2500), ("sheddable", 900)):
+        _event(tenant, cls, cost=cost)
+    _event(tenant, "sheddable", error_type="shed_sheddable", cost=0)
+    assert usage_rollup_batch(lag_seconds=0) == 5
+    assert set(UsageRollup.objects.values_list("traffic_class", flat=True)) == {
+        "interactive",
+        "standard",
+        "sheddable",
+    }
+    expected = {
+        r["traffic_class"]: (r["n"], r["err"], r["cost"])
+        for r in UsageEvent.objects.values("traffic_class").annotate(
+            n=Count("id"), err=Count("id", filter=~Q(status="ok")), cost=Sum("cost_nanos")
+        )
+    }
+    r = member_client.get(reverse("billing:tenant_cost", args=[tenant.slug]))
+    assert r.status_code == 200
+    got = {
+        c["label"]: (c["requests"], c["errors"], int(c["cost_usd"] * 10**9)) for c in r.context["by_class"]
+    }
+    assert (
+        got == expected == {"interactive": (2, 0, 10000), "standard": (1, 0, 2500), "sheddable": (2, 1, 900)}
+    )
+    assert [c["label"] for c in r.context["by_class"]] == ["interactive", "standard", "sheddable"]
+    assert 'id="by-class"' in r.content.decode()
+    focus_csv = b"".join(
+        member_client.get(
+            reverse("billing:tenant_cost", args=[tenant.slug]), {"format": "focus"}
+        ).streaming_content
+    ).decode()
+    assert focus_csv.count("x_governor/traffic_class") >= 3 and '""sheddable""' in focus_csv
