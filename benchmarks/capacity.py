@@ -15,8 +15,16 @@ is the interactive requests meeting the SLA over those offered. ``gateway_cpu_ms
 gateway process's CPU over the requests it answered, for each run. The conditions (cores, load
 average, rates) are printed and written with the figures.
 
-Not measured here (issue 30's other rows): long-request isolation, autoscaling, the Batch API and
-multi-process load.
+**Plain-path overhead** (``gateway_cpu_ratio_vs_plain``): the same gateway and engine at
+``--plain-load`` (0.6) times capacity, where nothing waits and nothing is shed, with admission
+control (and the engine-signal scraper) on and off: the gateway's CPU per answered request of the
+first over the second. A refusal costs less than a stream, so the overload runs' CPU figures are
+not compared with each other; this one is like for like.
+
+The other rows come from their own modules, each also runnable alone: long-request isolation
+(``benchmarks.capacity_isolation``), autoscaling on Ray (``benchmarks.capacity_autoscaling``), the
+Batch API through a gateway restart (``benchmarks.capacity_batch``) and load over several processes
+(``benchmarks.capacity_distributed``). ``--sections`` picks which rows run (all by default).
 """
 
 from __future__ import annotations
@@ -83,6 +91,7 @@ def publish(redis_url: str, prefix: str, engine_port: int, limit: int | None) ->
         "tenants": {"1": {"slug": "bench", "rpm": 0, "tpm": 0, "max_input_tokens": 0, "max_output_tokens": 0,
                           "budget": None}},
         "prices": {MODEL: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
+        "batch_prices": {},
     }  # fmt: skip
     routes = {"routes": {MODEL: {"long_context_threshold": None, "targets": [{
         "deployment_id": 1, "deployment_slug": "cap-0", "version_id": None,
@@ -201,6 +210,37 @@ def run_once(a, *, admission: bool, seed: int) -> dict:
         _tear_down(procs, a.redis_url, prefix, work)
 
 
+SECTIONS = ("overload", "plain", "isolation", "autoscaling", "batch", "distributed")
+# The rows measured by their own modules: section -> module with ``measure(smoke: bool) -> dict``.
+MODULES = {
+    "isolation": "benchmarks.capacity_isolation",
+    "autoscaling": "benchmarks.capacity_autoscaling",
+    "batch": "benchmarks.capacity_batch",
+    "distributed": "benchmarks.capacity_distributed",
+}
+
+
+def plain_overhead(a) -> dict:
+    """CPU per answered request below capacity, admission on and off (nothing waits, nothing is shed)."""
+    import copy
+
+    b = copy.copy(a)
+    b.rate = a.capacity_rps * a.plain_load
+    on = run_once(b, admission=True, seed=a.seed + 1)
+    off = run_once(b, admission=False, seed=a.seed + 1)
+    cpu_on, cpu_off = on["gateway_cpu_ms_per_request"], off["gateway_cpu_ms_per_request"]
+    print(f"plain path at {a.plain_load:g}x capacity ({b.rate:.1f} req/s): gateway CPU "
+          f"{cpu_on:.3f} ms/request with admission, {cpu_off:.3f} without")  # fmt: skip
+    return {
+        "offered_rps": b.rate,
+        "gateway_cpu_ms_per_request": cpu_on,
+        "gateway_cpu_ms_per_request_plain": cpu_off,
+        "gateway_cpu_ratio_vs_plain": cpu_on / cpu_off if cpu_on and cpu_off else None,
+        "with_admission": on,
+        "without_admission": off,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", type=Path)
@@ -214,9 +254,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sla-ttft-ms", type=float, default=500.0)
     p.add_argument("--timeout", type=float, default=10.0, help="seconds a client waits for its whole answer")
     p.add_argument("--seed", type=int, default=2026)
+    p.add_argument("--plain-load", type=float, default=0.6, help="the plain-path row's load, times capacity")
+    p.add_argument(
+        "--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}"
+    )
     add_smoke_flag(p, duration=3.0, timeout=5.0)
     a = apply_smoke(p.parse_args(argv))
-    capacity_rps = a.max_num_seqs / ((a.ttft_ms + a.tpot_ms * (a.tokens - 1)) / 1000)
+    sections = [x.strip() for x in a.sections.split(",") if x.strip()]
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        p.error(f"unknown sections {unknown}: choose from {', '.join(SECTIONS)}")
+    capacity_rps = a.capacity_rps = a.max_num_seqs / ((a.ttft_ms + a.tpot_ms * (a.tokens - 1)) / 1000)
     a.rate = capacity_rps * a.overload
     conditions = {
         "cpus": os.cpu_count(), "load_avg_before": os.getloadavg(), "capacity_rps": capacity_rps,
@@ -225,20 +273,37 @@ def main(argv: list[str] | None = None) -> int:
         "sla": f"served and TTFT <= {a.sla_ttft_ms:g} ms", "client_timeout_s": a.timeout,
         "gateway": "python -m gateway, 1 worker; admission limit = max_num_seqs",
     }  # fmt: skip
+    figures: dict = {"smoke": bool(a.smoke), "sections": sections, "conditions": conditions}
+    if "overload" in sections:
+        figures |= overload(a, capacity_rps)
+    if "plain" in sections:
+        plain = plain_overhead(a)
+        figures["plain_path"] = plain
+        figures["gateway_cpu_ratio_vs_plain"] = plain["gateway_cpu_ratio_vs_plain"]
+    for section, module in MODULES.items():
+        if section in sections:
+            import importlib
+
+            print(f"--- {section} ({module})")
+            figures[section] = importlib.import_module(module).measure(bool(a.smoke))
+    conditions["load_avg_after"] = os.getloadavg()
+    print(f"conditions: {conditions}")
+    if a.json:
+        a.json.write_text(json.dumps(figures, indent=2, default=str))
+    return 0
+
+
+def overload(a, capacity_rps: float) -> dict:
     on = run_once(a, admission=True, seed=a.seed)
     off = run_once(a, admission=False, seed=a.seed)
-    conditions["load_avg_after"] = os.getloadavg()
     cpu_on, cpu_off = on["gateway_cpu_ms_per_request"], off["gateway_cpu_ms_per_request"]
     figures = {
-        "smoke": bool(a.smoke),
         "interactive_attainment": on["classes"]["interactive"]["attainment"],
         "interactive_attainment_without_admission": off["classes"]["interactive"]["attainment"],
         "gateway_cpu_ms_per_request": cpu_on,
         "gateway_cpu_ms_per_request_without_admission": cpu_off,
-        "cpu_ratio": cpu_on / cpu_off if cpu_on and cpu_off else None,
         "with_admission": on,
         "without_admission": off,
-        "conditions": conditions,
     }
     print(f"overload: {a.rate:.1f} req/s offered = {a.overload:g}x capacity {capacity_rps:.1f} req/s, "
           f"{a.duration:g} s, mix {MIX}")  # fmt: skip
@@ -254,10 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['sla_met']:>8}{att:>8}{p95:>10}")  # fmt: skip
             label = ""
         print(f"{'':12}gateway CPU {run['gateway_cpu_ms_per_request']:.3f} ms/request")
-    print(f"conditions: {conditions}")
-    if a.json:
-        a.json.write_text(json.dumps(figures, indent=2))
-    return 0
+    return figures
 
 
 if __name__ == "__main__":

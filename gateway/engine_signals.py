@@ -52,12 +52,19 @@ class EngineLoad:
         return self.waiting > queue_threshold or (self.kv_usage is not None and self.kv_usage > kv_threshold)
 
 
+_WANTED = (WAITING, RUNNING, *KV_USAGE)
+
+
 def parse_engine_metrics(text: str, at: float) -> EngineLoad | None:
-    """The engine's load from a Prometheus text page; None when the page has no vLLM queue gauge."""
+    """The engine's load from a Prometheus text page; None when the page has no vLLM queue gauge.
+
+    Only the lines of the three gauges go to the parser: a vLLM page is mostly histogram buckets,
+    and the library's pure-Python parser would spend milliseconds per scrape on them."""
     waiting = running = 0.0
     kv: float | None = None
     seen = False
-    for family in text_string_to_metric_families(text):
+    relevant = "\n".join(line for line in text.splitlines() if line.startswith(_WANTED)) + "\n"
+    for family in text_string_to_metric_families(relevant):
         for sample in family.samples:
             name = sample.name
             if name == WAITING:
