@@ -122,6 +122,18 @@ BENCHMARKS = {
         (),
         [],
     ),
+    # An engine, a gateway restarted mid-batch, a Celery worker, a scratch database: about a minute.
+    "capacity_batch": (
+        (
+            "batch_lines",
+            "batch_lines_lost",
+            "batch_lines_duplicated",
+            "interactive_attainment_during_batch",
+            "conditions",
+        ),
+        (),
+        [pytest.mark.slow],
+    ),
     # A private Ray head; waits on Ray's autoscaler (its metric push interval is 10 s): about a minute.
     "capacity_autoscaling": (
         ("scale_up_s", "scale_down_s", "decide_up_s", "decide_down_s", "errors", "delays", "conditions"),
@@ -177,6 +189,11 @@ def test_benchmark_smoke_run_writes_its_figures(name, tmp_path):
         assert long_pool["pool"] == "long-context"
         assert main["requests"] == figures["isolated_run"]["short"]["offered"]
         assert long_pool["requests"] == figures["isolated_run"]["long"]["offered"]
+    if name == "capacity_batch":
+        # Through the gateway restart, every line answered once and billed once.
+        assert figures["batch_status"] == "completed", figures
+        assert figures["batch_lines_lost"] == 0 and figures["batch_lines_duplicated"] == 0, figures
+        assert figures["gateway_restarted_after_lines"] is not None
     if name == "gateway-swaps":
         # Every piece was measured both ways under both loads (the figures themselves mean nothing).
         for piece in ("redis", "upstream", "pusher"):
