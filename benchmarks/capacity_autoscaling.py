@@ -213,6 +213,10 @@ def run(a: argparse.Namespace) -> dict:
         "scale_down_s": _median(rounds, "scale_down_s"),
         "decide_up_s": _median(rounds, "decide_up_s"),
         "decide_down_s": _median(rounds, "decide_down_s"),
+        "range": {
+            k: [min(r[k] for r in rounds), max(r[k] for r in rounds)]
+            for k in ("scale_up_s", "scale_down_s", "decide_up_s", "decide_down_s")
+        },  # fmt: skip
         "errors": sum(r["errors"] for r in rounds),
         "requests": sum(r["requests"] for r in rounds),
         "delays": autoscaling_config(d),
@@ -252,9 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     a = apply_smoke(parser().parse_args(argv))
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll would bury the figures
     figures = run(a)
+    lo_hi = {k: "–".join(f"{v:.1f}" for v in pair) for k, pair in figures["range"].items()}
     print(
-        f"scale_up_s {figures['scale_up_s']:.1f} (Ray decided after {figures['decide_up_s']:.1f}), "
-        f"scale_down_s {figures['scale_down_s']:.1f} (decided after {figures['decide_down_s']:.1f}), "
+        f"median of {a.rounds}: scale_up_s {figures['scale_up_s']:.1f} ({lo_hi['scale_up_s']}; Ray decided after "
+        f"{figures['decide_up_s']:.1f}), scale_down_s {figures['scale_down_s']:.1f} ({lo_hi['scale_down_s']}; "
+        f"decided after {figures['decide_down_s']:.1f}), "
         f"{figures['requests']} requests, {figures['errors']} errors; delays {figures['delays']}"
     )
     print("conditions: " + json.dumps(figures["conditions"]))
