@@ -167,6 +167,14 @@ class ModelRouteForm(BootstrapMixin, forms.ModelForm):
         fields = ["public_name", "description", "long_context_threshold_tokens", "allowed_tenants", "voting"]
         widgets = {"allowed_tenants": forms.CheckboxSelectMultiple(attrs={"class": "form-check-input"})}
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # A form posted without it (an older page, a script) leaves the route's voting as it is.
+        self.fields["voting"].required = False
+
+    def clean_voting(self) -> str:
+        return self.cleaned_data.get("voting") or self.instance.voting or "off"
+
 
 class RouteIsolationForm(BootstrapMixin, forms.Form):
     """Query parameters of the route page's isolation figure (ADR 0039): the window it looks back

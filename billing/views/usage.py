@@ -66,7 +66,7 @@ class _Echo:
 CSV_FIELDS = [
     "started_at", "event_id", "tenant", "api_key_prefix", "public_model", "deployment_slug", "status", "error_type",
     "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd", "ttft_ms", "tpot_ms", "e2e_ms", "stream",
-    "usage_estimated", "traffic_class", "vote_samples", "vote_samples_saved",
+    "usage_estimated", "vote_samples", "vote_samples_saved", "traffic_class",
 ]  # fmt: skip
 
 
@@ -95,9 +95,9 @@ def _usage_csv(events) -> StreamingHttpResponse:
                     e.e2e_ms,
                     e.stream,
                     e.usage_estimated,
-                    e.traffic_class,
                     e.vote_samples,
                     e.vote_samples_saved,
+                    e.traffic_class,
                 ]  # fmt: skip
             )
 
