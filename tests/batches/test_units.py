@@ -114,3 +114,15 @@ def test_only_a_tenant_admin_cancels_and_an_outsider_gets_404(
     assert tenant_admin_client.post(f"/batches/{ours.pk}/cancel/").status_code == 302
     ours.refresh_from_db()
     assert ours.status == "cancelling" and ours.cancelling_at is not None
+
+
+def test_batch_prices_page_is_the_admins_and_refuses_what_cannot_be_derived(admin_client, member_client):
+    from billing.models import Price
+
+    assert member_client.get("/batches/prices/").status_code in (302, 403)
+    assert admin_client.get("/batches/prices/").status_code == 200
+    r = admin_client.post(
+        "/batches/prices/", {"public_model": "no-such-model", "fingerprint": "x"}, follow=True
+    )
+    assert "No route serves this model" in r.text
+    assert not Price.objects.filter(kind="batch").exists()
