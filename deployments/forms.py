@@ -20,7 +20,6 @@ from deployments.models import (
 )
 from deployments.services import CREATE_FIELDS, SCALE_FIELDS, Preflight, deployment_preflight
 
-
 DELAY_FIELDS = ("upscale_delay_s", "downscale_delay_s", "look_back_period_s")
 
 
