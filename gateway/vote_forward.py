@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from gateway import batchlines
 from gateway import metrics as m
 from gateway.endpoints import upstream_url
 from gateway.replies import Reply, error_body, error_reply, send_json
@@ -462,6 +463,9 @@ async def _vote(gw: Gateway, ctx: RequestContext, send, vs: VoteState, disc: asy
         out["usage"]["prompt_tokens_details"] = {"cached_tokens": ctx.cached_tokens}
     out["governor"] = {"vote": vs.report()}
     data = orjson.dumps(out)
+    if batchlines.STATE in ctx.state:
+        # A batch line's answer is kept before it is billed, as forward's is: a re-sent line gets it back.
+        await batchlines.store(gw, ctx, 200, data)
     await commit(gw, ctx)
     ctx.response_body = data
     headers = ctx.headers() + [
