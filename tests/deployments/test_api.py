@@ -183,6 +183,7 @@ def test_routing_table_shape_for_the_gateway(settings, target):
             "long_context_threshold": None,
             "tenant_ids": None,
             "free": False,
+            "voting": "off",
             "targets": [
                 {
                     "deployment_id": d.pk,
