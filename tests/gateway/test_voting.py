@@ -417,3 +417,31 @@ async def test_generated_votes_never_get_a_5xx(inproc, gov, n, stream):
     assert a.status < 500, a.body
     if a.status >= 400:
         assert a.json()["error"]["message"]
+
+
+async def test_the_official_client_sends_a_vote_and_reads_its_answer(inproc):
+    """The openai SDK (over httpx's ASGI transport, into the same app): ``extra_body`` carries the
+    field, the answer parses as a ChatCompletion, and the vote and headers come with it."""
+    import httpx
+    import openai
+
+    from tests.gateway.inproc import SECRET
+
+    await _serve(inproc, ["It is 68.", "68", "68!", "sixty-eight: 68"])
+    client = openai.AsyncOpenAI(
+        api_key=SECRET,
+        base_url="http://gateway/v1",
+        http_client=httpx.AsyncClient(transport=httpx.ASGITransport(app=inproc.gw)),
+        max_retries=0,
+    )
+    raw = await client.chat.completions.with_raw_response.create(
+        model="m",
+        messages=[{"role": "user", "content": "What is 23 + 45?"}],
+        extra_body={"governor": {"vote": {"max_samples": 12}}},
+    )
+    completion = raw.parse()
+    assert completion.choices[0].message.content == "It is 68."
+    assert completion.usage.completion_tokens == 4 * VotingEngine.TOKENS
+    assert completion.model_extra["governor"]["vote"]["answer"] == "68"
+    assert raw.headers["x-governor-samples"] == "4/12"
+    await client.close()
