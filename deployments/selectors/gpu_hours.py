@@ -30,11 +30,10 @@ class GpuSpan(NamedTuple):
 
 
 def _configured_replicas(d: Deployment) -> int:
-    return (
-        d.num_replicas
-        if d.scaling_mode == ScalingMode.FIXED
-        else max(d.min_replicas, d.running_replicas or 0)
-    )
+    """Replicas at a change that reported none running (Ray starting them): the fixed count, or an
+    autoscaled deployment's minimum, which is what Ray starts with. Not the count running now: that
+    would price a past span at today's replicas (the events carry the counts Ray reported)."""
+    return d.num_replicas if d.scaling_mode == ScalingMode.FIXED else max(1, d.min_replicas)
 
 
 def _spans(d: Deployment, events: list[DeploymentEvent], until: dt.datetime) -> list[GpuSpan]:

@@ -278,3 +278,23 @@ def test_the_plan_page_sets_what_autoscaling_held_beside_the_peak(admin_client):
     assert 'id="plan-observed"' in html and d.slug in html
     row = html[html.index('class="num mean-replicas">') :]
     assert row.split(">")[1].split("<")[0] == "1.43"  # (6 × 1 + 1 × 4) / 7
+
+
+def test_gpu_hours_price_a_past_span_at_the_replicas_of_then_not_of_now():
+    """A change that reported no replica running yet (Ray starting them) counts an autoscaled
+    deployment's minimum, what Ray starts with, not the replicas it happens to run today."""
+    from deployments.selectors.gpu_hours import deployment_gpu_spans
+
+    d = DeploymentFactory(status="RUNNING", scaling_mode="autoscaling", min_replicas=2, max_replicas=6,
+                          running_replicas=5)  # fmt: skip
+    t0 = timezone.now() - dt.timedelta(hours=3)
+    _event_at(d, t0, "status", "DEPLOYING", 0)
+    _event_at(d, t0 + dt.timedelta(hours=1), "status", "RUNNING", 2)
+    _event_at(d, t0 + dt.timedelta(hours=2), "replicas", "RUNNING", 5)
+    _, spans = deployment_gpu_spans(until=timezone.now())
+    per_replica = d.gpus_per_replica
+    assert [s.gpus for s in spans if s.deployment_id == d.pk] == [
+        2 * per_replica,
+        2 * per_replica,
+        5 * per_replica,
+    ]
