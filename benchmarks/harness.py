@@ -38,6 +38,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -100,6 +101,29 @@ def _cpu_s(proc) -> float:
     return t.user + t.system
 
 
+@contextlib.contextmanager
+def _cpu_peak(proc, interval_s: float = 2.0):
+    """The busiest ``interval_s`` of ``proc``'s CPU while the block runs, in % of one core (a list
+    that holds it once the block ends): the level's average hides a saturated plateau."""
+    peak: list[float] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        last = _cpu_s(proc)
+        while not stop.wait(interval_s):
+            now = _cpu_s(proc)
+            peak[:] = [max(peak[0] if peak else 0.0, (now - last) / interval_s * 100)]
+            last = now
+
+    thread = threading.Thread(target=sample, name="server-cpu", daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        thread.join()
+
+
 def engines_fixed(ttft_ms: float, tpot_ms: float, max_num_seqs: int = 2048):
     port = _free_port()
     cmd = [sys.executable, "-m", "engines.server", "--port", str(port), "--model-name", "paced"]
@@ -150,7 +174,12 @@ def client_capacity(
             "stage": StageConfig(duration_s=duration_s, processes=processes, scrape_interval_s=0.5),
             "sla": Sla(ttft_ms=None, tpot_ms=tpot_ms * 1.05),
         }
-        res = run_stage_distributed(pool=pool, **stage_args) if pool is not None else run_stage(**stage_args)
+        with _cpu_peak(server_procs[0]) if server_procs else contextlib.nullcontext([]) as peak:
+            res = (
+                run_stage_distributed(pool=pool, **stage_args)
+                if pool is not None
+                else run_stage(**stage_args)
+            )
         wall = time.monotonic() - started
         server_cpu = (_cpu_s(server_procs[0]) - cpu_before) if server_procs else None
     s = res.summary
@@ -179,6 +208,8 @@ def client_capacity(
         # The engine is one process: its CPU over the level (100 = one core) shows whether it, and
         # not the client, was the limit.
         "server_cpu_pct": round(server_cpu / wall * 100, 1) if server_cpu is not None else None,
+        "server_cpu_peak_pct": round(peak[0], 1) if peak else None,
+        "error_types": s["errors"],
         "client_cpu_s": round(sum(w["cpu_s"] for w in workers), 2) if workers else None,
         "workers": workers,
         # Other work on the machine competes with the client and the engine for the same cores;
@@ -200,7 +231,7 @@ def _ladder_max(rows: list[dict]) -> tuple[int, int]:
 
 def _print_level_header() -> None:
     print(
-        f"{'streams':>8} {'rate':>7} {'procs':>5} {'reqs':>6} {'err':>4} {'peak open':>9} {'delay p50':>9} {'delay p99':>9} {'TPOT mean':>9} {'TPOT err%':>9} {'TTFT p50':>9} {'ok':>3} {'srv CPU%':>8} {'load':>10}"
+        f"{'streams':>8} {'rate':>7} {'procs':>5} {'reqs':>6} {'err':>4} {'peak open':>9} {'delay p50':>9} {'delay p99':>9} {'TPOT mean':>9} {'TPOT err%':>9} {'TTFT p50':>9} {'ok':>3} {'srv CPU% avg/peak':>17} {'load':>10}"
     )
 
 
@@ -208,7 +239,7 @@ def _print_level(r: dict) -> None:
     print(
         f"{r['streams']:>8} {r['rate']:>7.1f} {r['processes']:>5} {r['requests']:>6} {r['errors']:>4} {_f(r['peak_open_streams'], '{:.0f}'):>9} "
         f"{_f(r['sched_delay_p50_ms']):>9} {_f(r['sched_delay_p99_ms']):>9} {_f(r['tpot_mean_ms']):>9} {_f(r['tpot_error_pct']):>9} "
-        f"{_f(r['ttft_p50_ms'], '{:.1f}'):>9} {'yes' if r['sched_ok'] else 'NO':>3} {_f(r['server_cpu_pct'], '{:.0f}'):>8} "
+        f"{_f(r['ttft_p50_ms'], '{:.1f}'):>9} {'yes' if r['sched_ok'] else 'NO':>3} {_f(r['server_cpu_pct'], '{:.0f}'):>8}/{_f(r['server_cpu_peak_pct'], '{:.0f}'):<8} "
         f"{r['loadavg_1m'][0]:>4.1f}→{r['loadavg_1m'][1]:<5.1f}",
         flush=True,
     )
@@ -276,7 +307,7 @@ def distributed_capacity(
     print(
         f"Load beyond one process: {output_tokens} tokens/stream at {tpot_ms:g} ms/token, TTFT {TTFT_MS:g} ms "
         f"(stream {stream_s:.2f} s, {duration_s:g} s of arrivals per level); paced engine: one process. "
-        f"At N streams it writes N / {tpot_ms / 1e3:g} s tokens a second; 'srv CPU%' is its CPU (100 = one core)."
+        f"At N streams it writes N / {tpot_ms / 1e3:g} s tokens a second; 'srv CPU%' is its CPU over the level and in its busiest 2 s (100 = one core)."
     )
     args = {"duration_s": duration_s, "tpot_ms": tpot_ms, "output_tokens": output_tokens}
     print("\nOne worker process:")
@@ -307,6 +338,9 @@ def distributed_capacity(
         "single_process_capacity": single["rows"],
         "paced_server_cpu_pct_max": max(
             (r["server_cpu_pct"] or 0 for r in multi["rows"] + single["rows"]), default=None
+        ),
+        "paced_server_cpu_peak_pct_max": max(
+            (r["server_cpu_peak_pct"] or 0 for r in multi["rows"] + single["rows"]), default=None
         ),
     }
 
@@ -765,7 +799,8 @@ def print_distributed(f: dict) -> None:
     print(
         f"max_streams_sched_and_tpot_ok = {f['max_streams_sched_and_tpot_ok']} "
         f"(one worker process: {f['single_process_max_streams_sched_and_tpot_ok']}); "
-        f"paced engine (one process) CPU at most {_f(f['paced_server_cpu_pct_max'], '{:.0f}')} % of a core"
+        f"paced engine (one process) CPU at most {_f(f['paced_server_cpu_pct_max'], '{:.0f}')} % of a core "
+        f"over a level, {_f(f['paced_server_cpu_peak_pct_max'], '{:.0f}')} % in its busiest 2 s"
     )
 
 
