@@ -253,7 +253,7 @@ def deployment_scale(
     *,
     deployment: Deployment,
     actor,
-    scaling_mode: str = ScalingMode.FIXED,
+    scaling_mode: str | None = None,
     num_replicas: int | None = None,
     min_replicas: int | None = None,
     max_replicas: int | None = None,
@@ -270,7 +270,8 @@ def deployment_scale(
     and after, and the reconciler sends Ray the new ``autoscaling_config``."""
     d = _locked(deployment)
     before = {f: getattr(d, f) for f in SCALE_FIELDS}
-    d.scaling_mode = scaling_mode
+    if scaling_mode is not None:  # None: keep the mode (a mitigation adding replicas keeps autoscaling)
+        d.scaling_mode = scaling_mode
     for name, value in (
         ("num_replicas", num_replicas),
         ("min_replicas", min_replicas),

@@ -75,7 +75,10 @@ class AdmissionSerializer(serializers.Serializer):
 class ScaleSerializer(serializers.Serializer):
     """Fixed replicas, or Ray Serve autoscaling; fields left out keep their value."""
 
-    scaling_mode = serializers.ChoiceField(choices=["fixed", "autoscaling"], default="fixed")
+    scaling_mode = serializers.ChoiceField(
+        choices=["fixed", "autoscaling"], required=False,
+        help_text="Left out: the deployment's current mode (an autoscaled deployment stays autoscaled)",
+    )  # fmt: skip
     num_replicas = serializers.IntegerField(min_value=1, max_value=MAX_REPLICAS, required=False)
     min_replicas = serializers.IntegerField(min_value=0, max_value=MAX_REPLICAS, required=False)
     max_replicas = serializers.IntegerField(min_value=1, max_value=MAX_REPLICAS, required=False)
@@ -96,11 +99,6 @@ class ScaleSerializer(serializers.Serializer):
         help_text="Seconds over which Ray averages the requests in flight",
     )  # fmt: skip
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
-
-    def validate(self, attrs):
-        if attrs["scaling_mode"] == "fixed" and "num_replicas" not in attrs:
-            raise serializers.ValidationError({"num_replicas": "Required for fixed replicas."})
-        return attrs
 
 
 class DeploymentEventSerializer(serializers.ModelSerializer):

@@ -116,6 +116,20 @@ def test_the_api_refuses_min_above_max_with_a_clear_400(admin_client):
     )
 
 
+def test_a_scale_call_that_names_no_mode_keeps_the_deployments(admin_client, admin_user):
+    """Fields left out keep their value, the mode too: a call (or a mitigation) that only moves a bound
+    or a replica count must not turn an autoscaled deployment into a fixed one."""
+    d = DeploymentFactory(status="RUNNING")
+    deployment_scale(deployment=d, actor=admin_user, **_autoscaling())
+    url = f"/api/deployments/deployments/{d.pk}/scale/"
+    r = admin_client.post(url, {"max_replicas": 5}, content_type="application/json")
+    assert r.status_code == 200 and (r.json()["scaling_mode"], r.json()["max_replicas"]) == ("autoscaling", 5)
+    d = deployment_scale(deployment=d, actor=admin_user, num_replicas=2)
+    assert d.scaling_mode == "autoscaling" and d.num_replicas == 2
+    r = admin_client.post(url, {"scaling_mode": "fixed", "num_replicas": 3}, content_type="application/json")
+    assert r.status_code == 200 and (r.json()["scaling_mode"], r.json()["num_replicas"]) == ("fixed", 3)
+
+
 # --- the console ---------------------------------------------------------------------------------
 
 
