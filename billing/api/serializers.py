@@ -126,7 +126,7 @@ class UsageEventSerializer(serializers.ModelSerializer):
         fields = [
             "event_id", "tenant", "api_key_prefix", "public_model", "deployment_slug", "version_id", "price_id",
             "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd", "ttft_ms", "tpot_ms", "e2e_ms",
-            "status", "error_type", "http_status", "stream", "usage_estimated", "traffic_class", "vote_samples",
+            "status", "error_type", "http_status", "stream", "usage_estimated", "traffic_class", "pool", "vote_samples",
             "vote_samples_saved", "started_at", "finished_at",
         ]  # fmt: skip
 
