@@ -73,6 +73,12 @@ class PriceForm(_Bootstrap, forms.Form):
     """A new price version for a public model (one a route answers to; from now on, never backdated)."""
 
     public_model = forms.CharField(max_length=200, help_text="A route's public model name.")
+    kind = forms.ChoiceField(
+        choices=[("online", "Online requests"), ("batch", "Batch lines"), ("cache", "Semantic cache hits")],
+        initial="online",
+        required=False,
+        help_text="Cache hits: what an answer from the route's semantic cache is billed at.",
+    )
     input_per_million = forms.DecimalField(
         min_value=Decimal("0"),
         max_value=PRICE_MAX_PER_MILLION,

@@ -578,3 +578,40 @@ class AnalysisRun(models.Model):
 
     def __str__(self) -> str:
         return f"analysis {self.pk} of rollout {self.rollout_id} step {self.step_index}: {self.verdict}"
+
+
+class RouteCache(models.Model):
+    """A route's semantic cache (docs/semantic-cache.md, ADR 0042): off unless an admin turns it on.
+
+    ``embedding_route`` names the route whose deployments embed the prompts (``/v1/embeddings``);
+    ``generation`` is bumped to drop every entry at once (the gateway keys entries by it)."""
+
+    route = models.OneToOneField(ModelRoute, on_delete=models.CASCADE, related_name="cache_settings")
+    enabled = models.BooleanField(default=False)
+    ttl_s = models.PositiveIntegerField(
+        default=86_400,
+        validators=[MinValueValidator(1)],
+        help_text="How long an entry is kept, in seconds.",
+    )
+    target_error_rate = models.FloatField(
+        default=0.02,
+        help_text="The share of requests that may get a cached answer the model would not have given "
+        "(above 0, at most 0.5).",
+    )
+    verify_share = models.FloatField(
+        default=0.05,
+        help_text="The share of would-be hits still sent to the model and compared (the error estimate).",
+    )
+    embedding_route = models.ForeignKey(
+        ModelRoute,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The route whose deployments embed the prompts (they serve /v1/embeddings).",
+    )
+    generation = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"cache of {self.route_id}: {'on' if self.enabled else 'off'}"

@@ -3,6 +3,7 @@ from django.views.generic import RedirectView
 
 from deployments import views
 from deployments.rollouts import views as rollout_views
+from deployments.semcache import views as cache_views
 
 app_name = "deployments"
 
@@ -30,6 +31,8 @@ urlpatterns = [
     path("routes/<int:pk>/delete/", views.RouteDeleteView.as_view(), name="route_delete"),
     path("routes/<int:pk>/targets/", views.RouteTargetSetView.as_view(), name="route_target_set"),
     path("routes/<int:pk>/free/", views.RouteFreeView.as_view(), name="route_free"),
+    path("routes/<int:pk>/cache/", cache_views.RouteCacheView.as_view(), name="route_cache"),
+    path("routes/<int:pk>/cache/drop/", cache_views.RouteCacheDropView.as_view(), name="route_cache_drop"),
     path("<int:pk>/faults/", rollout_views.DeploymentFaultsView.as_view(), name="faults"),
     path("rollouts/", rollout_views.RolloutListView.as_view(), name="rollout_list"),
     path("rollouts/new/", rollout_views.RolloutCreateView.as_view(), name="rollout_create"),

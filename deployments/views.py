@@ -36,6 +36,8 @@ from deployments.reconciler import serve_config_preview
 from deployments.rollouts.selectors import rollout_list
 from deployments.selectors.isolation import route_isolation_ttft
 from deployments.selectors.replicas import replica_chart, replica_history
+from deployments.semcache.forms import route_cache_form
+from deployments.semcache.selectors import route_cache_report
 
 PAGE_SIZE = 25
 POLL_SECONDS = 2
@@ -315,6 +317,8 @@ class RouteDetailView(ReadsEverythingRequiredMixin, View):
                 "active_rollout": rollout_list(route=route).filter(outcome="").first(),
                 "isolation": isolation,
                 "isolation_form": isolation_form,
+                "cache": route_cache_report(route=route),
+                "cache_form": route_cache_form(route=route),
             },
             status=200 if isolation is not None else 400,
         )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from engines import textvec
 from engines.tokens import CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_PRIMING, estimate_tokens, synthetic_tokens
 
 
@@ -275,7 +276,11 @@ def _is_token_id(t: object) -> bool:
 
 
 def embedding_vector(item: str | list[int], dims: int) -> list[float]:
-    """A unit vector of ``dims`` floats that depends only on the input (same text, same vector)."""
+    """A unit vector of ``dims`` floats that depends only on the input (same text, same vector): for a
+    text, the light lexical encoder's (``engines.textvec``: similar wording, similar vectors, which a
+    semantic cache needs); for token ids, a random one seeded by them."""
+    if isinstance(item, str) and item.strip():
+        return textvec.encode(item, dims).tolist()
     key = item.encode() if isinstance(item, str) else orjson.dumps(item)
     rng = random.Random(hashlib.sha256(key).digest())
     vec = [rng.gauss(0.0, 1.0) for _ in range(dims)]

@@ -14,6 +14,9 @@ from envconf import env_bool, env_float, env_int, env_str, load_env_file
 from snapshot.batchline import line_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# The hooks a gateway runs unless GATEWAY_HOOKS says otherwise ("none": none): the semantic cache,
+# which does nothing on a route until an admin turns it on there (docs/semantic-cache.md).
+DEFAULT_HOOKS = "gateway.semcache.hook:SemanticCache"
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,13 @@ def env_choice(name: str) -> str:
     return value
 
 
+def _hooks(raw: str) -> tuple[str, ...]:
+    """GATEWAY_HOOKS as dotted paths; "none": no hook at all (the cache's included)."""
+    if raw.strip().lower() == "none":
+        return ()
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
 def load_config() -> GatewayConfig:
     """Read the gateway's settings; missing Redis is fatal, missing Postgres only stops shipping."""
     var_dir = Path(env_str("GOVERNOR_VAR_DIR", str(BASE_DIR / "var")))
@@ -111,7 +121,7 @@ def load_config() -> GatewayConfig:
         # How often each stream's delivered-token count is journalled for the reaper (what a kill
         # can leave unbilled is at most this much output).
         journal_s=env_float("GATEWAY_JOURNAL_S", 0.5),
-        hooks=tuple(p.strip() for p in env_str("GATEWAY_HOOKS", "").split(",") if p.strip()),
+        hooks=_hooks(env_str("GATEWAY_HOOKS", DEFAULT_HOOKS)),
         redis_client=env_choice("GATEWAY_REDIS_CLIENT"),
         upstream_client=env_choice("GATEWAY_UPSTREAM_CLIENT"),
         stream_pusher=env_choice("GATEWAY_STREAM_PUSHER"),

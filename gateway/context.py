@@ -59,6 +59,8 @@ class RequestContext:
         # settle
         "prompt_tokens", "completion_tokens", "cached_tokens", "usage_estimated", "status", "error_type",
         "http_status", "settled", "committed",
+        # a semantic cache hit (docs/semantic-cache.md): what the model would have cost beyond it
+        "cache_hit", "saved_nanos",
         # free for hooks: what one hook leaves for its own later point (or another hook)
         "state",
     )  # fmt: skip
@@ -102,6 +104,8 @@ class RequestContext:
         self.http_status = 200
         self.settled = False
         self.committed = False
+        self.cache_hit = False
+        self.saved_nanos = 0
         self.state: dict = {}
 
     def headers(self) -> list:

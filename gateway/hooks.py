@@ -35,7 +35,8 @@ cache should be); after admission the request is still settled and its hold rele
 ``GATEWAY_HOOKS`` lists them, comma-separated, each a dotted path (``package.module:name`` or
 ``package.module.name``) to a callable that takes the ``Gateway`` and returns the hook; a class whose
 ``__init__`` takes the gateway does. They are built once at startup; one that cannot be imported
-stops the gateway from starting. Default: none, and then the hook points cost nothing.
+stops the gateway from starting. Default: the semantic cache (``gateway.semcache.hook``), which acts
+only on routes an admin turned it on for; ``none``: no hook, and then the hook points cost nothing.
 """
 
 from __future__ import annotations

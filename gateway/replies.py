@@ -14,6 +14,11 @@ import orjson
 from gateway import metrics as m
 
 JSON_CT = (b"content-type", b"application/json")
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
 
 
 def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> bytes:
@@ -57,12 +62,14 @@ class Reply:
     returns to answer one itself (a cache hit) or to refuse it (an admission controller).
 
     ``reason`` names it in the metrics and, for an admitted request, in the usage event's
-    ``error_type`` when ``status`` is an error: a short, fixed word (it is a metric label)."""
+    ``error_type`` when ``status`` is an error: a short, fixed word (it is a metric label). ``sse``:
+    the body is a whole SSE stream (a cache hit for a streaming request), sent as one."""
 
     status: int
     body: bytes
     headers: list | None = None
     reason: str | None = None
+    sse: bool = False
 
 
 def error_reply(
@@ -77,6 +84,12 @@ def error_reply(
 ) -> Reply:
     """A refusal in the OpenAI error shape."""
     return Reply(status, error_body(message, type_, code, param), headers, reason)
+
+
+async def send_sse(send, body: bytes, headers: list) -> None:
+    """A whole SSE stream in one body message (its events are already framed)."""
+    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def send_reply(send, reply: Reply, model: str | None = None) -> None:

@@ -36,12 +36,13 @@ SEGMENT_MAX_BYTES = 64 * 1024 * 1024
 # line stays in the spool) rather than guess. Bump it, and teach ``_event_row`` the old version,
 # when COLUMNS change; tests/gateway/test_spool_contract.py fails when COLUMNS and the
 # ``billing_usage_event`` table disagree.
-SCHEMA_VERSION = 4
-KNOWN_VERSIONS = frozenset({1, 2, 3, 4})
+SCHEMA_VERSION = 5
+KNOWN_VERSIONS = frozenset({1, 2, 3, 4, 5})
 # What each version added, and what an older line stands for: version 2 the traffic class, version 3
 # the pool of the deployment that answered ("" where older lines did not say), version 4 a vote's
-# samples spent and saved (0: not a vote).
-V3_DEFAULTS = {"vote_samples": 0, "vote_samples_saved": 0}
+# samples spent and saved (0: not a vote), version 5 a semantic cache hit and what it saved.
+V4_DEFAULTS = {"cache_hit": False, "saved_nanos": 0}
+V3_DEFAULTS = {"vote_samples": 0, "vote_samples_saved": 0, **V4_DEFAULTS}
 V2_DEFAULTS = {"pool": "", **V3_DEFAULTS}
 V1_DEFAULTS = {"traffic_class": "standard", **V2_DEFAULTS}
 # Columns of the table the shipper does not take from the line.
@@ -73,6 +74,8 @@ COLUMNS = (
     "traffic_class",
     "vote_samples",
     "vote_samples_saved",
+    "cache_hit",
+    "saved_nanos",
     "started_at",
     "finished_at",
     "gateway",
@@ -187,6 +190,8 @@ def _event_row(ev: dict) -> tuple:
         ev = {**V2_DEFAULTS, **ev}
     elif version == 3:
         ev = {**V3_DEFAULTS, **ev}
+    elif version == 4:
+        ev = {**V4_DEFAULTS, **ev}
     return tuple(ev.get(c) for c in COLUMNS)
 
 

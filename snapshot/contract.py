@@ -17,6 +17,9 @@ Contract (JSON; ``snapshot.publish`` writes it in two sections: ``tenancy`` buil
                               "tenant_ids": [int, ..] | null,   # null or absent: every tenant
                               "free": bool,   # served at $0 on purpose; absent: false
                               "voting": "off" | "field" | "n",   # docs/voting.md; absent: off
+                              # the semantic cache (docs/semantic-cache.md); null or absent: off
+                              "cache": {"ttl_s", "target_error", "verify_share", "embedding_model",
+                                        "generation"} | null,
                               "targets": [{"deployment_id", "deployment_slug", "version_id",
                                            "base_url", "engine_model", "weight", "pool", "status",
                                            "tokens_per_image": int | null,  # null: unknown
@@ -27,7 +30,8 @@ Contract (JSON; ``snapshot.publish`` writes it in two sections: ``tenancy`` buil
                                "threshold", "model": {"features", "mean", "scale", "coef",
                                                       "intercept", "spec_version"}}},
      "prices": {public_name: {"price_id", "input_nanos", "output_nanos"}},
-     "batch_prices": {public_name: {"price_id", "input_nanos", "output_nanos"}}}  # absent: none
+     "batch_prices": {public_name: {"price_id", "input_nanos", "output_nanos"}},  # absent: none
+     "cache_prices": {public_name: {"price_id", "input_nanos", "output_nanos"}}}  # absent: none
 
 ``routers`` (section ``routers``, built by ``evaluations.services.routing``) carry a route's active
 router policy: the gateway scores the request's text with ``model`` (``evalkit.router``) and sends it
@@ -35,7 +39,8 @@ to the targets of ``cheap_version_id`` when the probability is at least ``thresh
 ``strong_version_id``'s (docs/routing.md, ADR 0040).
 
 ``batch_prices`` are what batch lines are billed at (docs/decisions/0036); a model without one bills
-its batch lines at its online price.
+its batch lines at its online price. ``cache_prices`` are what an answer from the semantic cache is
+billed at (docs/decisions/0042); a model without one bills cache hits at its online price.
 
 Limits of 0 mean "no limit". A target's ``tokens_per_image`` is the catalog's bound for its model;
 a route holds budget for the largest of its targets' (unknown counts as ``DEFAULT_TOKENS_PER_IMAGE``),
@@ -43,9 +48,10 @@ since the hold is taken before a target is picked. ``version`` is the counter ``
 increments on every section publish; gateways reload all sections when it moves (pub/sub, and
 polling as the fallback).
 
-Beside the snapshot, the console and the gateways share two more Redis names, kept here so that
+Beside the snapshot, the console and the gateways share more Redis names, kept here so that
 neither side imports the other: a tenant's budget hash for a period (``budget_hash_key``, with
-``period_key``) and the list the gateway pushes budget alerts onto (``ALERTS_LIST``). This module
+``period_key``), the list the gateway pushes budget alerts onto (``ALERTS_LIST``), and a route's
+semantic cache counters and live entries (``cache_stats_key``, ``cache_live_key``). This module
 is Django-free and imports nothing of the project but ``snapshot.publish``.
 """
 
@@ -54,6 +60,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import math
 import random
 from dataclasses import dataclass
 
@@ -190,6 +197,71 @@ class RouterSpec:
     model: dict
 
 
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """A route's semantic cache (docs/semantic-cache.md): entries live ``ttl_s`` seconds; the error
+    rate aimed at; the share of would-be hits still sent to the model and compared; the route whose
+    deployments embed the prompts; and a generation the console bumps to drop every entry at once."""
+
+    ttl_s: int
+    target_error: float
+    verify_share: float
+    embedding_model: str
+    generation: int = 0
+
+
+def cache_target_refusal(target: object) -> str | None:
+    """Why a target error rate makes no sense, or None (the console's form and the gateway's policy
+    both ask). 0 would never serve a cached answer (any neighbour may be wrong); above 50 % guessing
+    does better than the cache."""
+    if isinstance(target, bool) or not isinstance(target, int | float) or not math.isfinite(target):
+        return "the target error rate must be a number above 0 and at most 0.5 (e.g. 0.02 for 2 %)"
+    if target <= 0:
+        return "a target error rate of 0 would never serve a cached answer; use a small positive rate (e.g. 0.01)"
+    if target > 0.5:
+        return "a target error rate above 50 % is worse than guessing; use a rate above 0 and at most 0.5"
+    return None
+
+
+# What the gateways count of a route's cache (a Redis hash per route, added to once a second) and the
+# sorted set of its live entries by expiry: the route page reads both.
+CACHE_STATS_FIELDS = (
+    "lookups",  # requests on the route that looked in the cache
+    "hits",  # answered from the cache
+    "skipped",  # the request asked not to use the cache
+    "fallbacks",  # the cache or the embedding deployment failed: sent to the model
+    "explored",  # a neighbour was found but not served: the model answered, and was compared
+    "explored_wrong",
+    "verified",  # would have been served, sent to the model to check
+    "verified_wrong",
+    "inserted",
+)
+
+
+def cache_stats_key(prefix: str, route: str) -> str:
+    return f"{prefix}sc:stats:{route}"
+
+
+def cache_live_key(prefix: str, route: str) -> str:
+    return f"{prefix}sc:live:{route}"
+
+
+def cache_settings(raw: object) -> CacheSettings | None:
+    """A route's ``cache`` as published; None (off) for null or anything malformed."""
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return CacheSettings(
+            ttl_s=int(raw["ttl_s"]),
+            target_error=float(raw["target_error"]),
+            verify_share=float(raw.get("verify_share", 0.05)),
+            embedding_model=str(raw["embedding_model"]),
+            generation=int(raw.get("generation") or 0),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 @dataclass(slots=True)
 class Route:
     """A public model name and its weighted targets."""
@@ -208,6 +280,8 @@ class Route:
     # Voting (docs/voting.md): "off", "field" (the ``governor.vote`` field) or "n" (that, and ``n``
     # above 1 is a vote's budget of samples).
     voting: str = "off"
+    # The semantic cache, when an admin turned it on for this route.
+    cache: CacheSettings | None = None
 
 
 @dataclass(slots=True)
@@ -230,6 +304,7 @@ class Snapshot:
     routes: dict[str, Route]
     prices: dict[str, Price]
     batch_prices: dict[str, Price] = dataclasses.field(default_factory=dict)
+    cache_prices: dict[str, Price] = dataclasses.field(default_factory=dict)
     # Keys by id, for batch lines (which name their key by id): built on first use, per snapshot.
     _keys_by_id: dict[int, KeyInfo] | None = None
 
@@ -320,6 +395,7 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
             tokens_per_image=max(per_image, default=DEFAULT_TOKENS_PER_IMAGE),
             free=bool(r.get("free")),
             voting=r.get("voting") if r.get("voting") in VOTING_MODES else "off",
+            cache=cache_settings(r.get("cache")),
         )
         routes[name] = route
     for name, spec in (data.get("routers") or {}).items():
@@ -332,7 +408,7 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
                 threshold=float(spec["threshold"]),
                 model=dict(spec["model"]),
             )
-    prices, batch_prices = (
+    prices, batch_prices, cache_prices = (
         {
             name: Price(
                 price_id=p.get("price_id"),
@@ -341,7 +417,7 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
             )
             for name, p in (data.get(section) or {}).items()
         }
-        for section in ("prices", "batch_prices")
+        for section in ("prices", "batch_prices", "cache_prices")
     )
     return Snapshot(
         version=int(data.get("version", 0)),
@@ -351,6 +427,7 @@ def parse_snapshot(raw: bytes | str) -> Snapshot:
         routes=routes,
         prices=prices,
         batch_prices=batch_prices,
+        cache_prices=cache_prices,
     )
 
 

@@ -11,11 +11,13 @@ from django.db import models
 
 class Price(models.Model):
     """A price version for one public model; the one in force is the latest ``effective_from`` ≤ now
-    of its ``kind``: "online" for requests, "batch" for the lines of a batch (docs/decisions/0036)."""
+    of its ``kind``: "online" for requests, "batch" for the lines of a batch (docs/decisions/0036),
+    "cache" for answers from the semantic cache (docs/decisions/0042)."""
 
     class Kind(models.TextChoices):
         ONLINE = "online", "Online"
         BATCH = "batch", "Batch"
+        CACHE = "cache", "Cache hit"
 
     public_model = models.CharField(max_length=200, db_index=True)
     kind = models.CharField(
@@ -23,7 +25,8 @@ class Price(models.Model):
         choices=Kind.choices,
         default=Kind.ONLINE,
         db_default=Kind.ONLINE,
-        help_text="online: requests; batch: the lines of a batch, priced from the idle capacity they use.",
+        help_text="online: requests; batch: the lines of a batch, priced from the idle capacity they use; "
+        "cache: answers from the semantic cache.",
     )
     input_per_million = models.DecimalField(
         max_digits=12, decimal_places=3, validators=[MinValueValidator(Decimal("0"))]
@@ -48,7 +51,7 @@ class Price(models.Model):
         ordering = ["public_model", "-effective_from"]
 
     def __str__(self) -> str:
-        batch = " (batch)" if self.kind == self.Kind.BATCH else ""
+        batch = "" if self.kind == self.Kind.ONLINE else f" ({self.kind})"
         return f"{self.public_model}{batch}: ${self.input_per_million}/${self.output_per_million} per M"
 
     @property

@@ -76,6 +76,16 @@ class UsageEvent(models.Model):
         db_default=0,
         help_text="A vote's samples left unspent of its budget when it stopped early.",
     )
+    cache_hit = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Answered by the semantic cache (docs/semantic-cache.md), billed at the cache price.",
+    )
+    saved_nanos = models.BigIntegerField(
+        default=0,
+        db_default=0,
+        help_text="A cache hit: what the model would have cost at the online price, less what it was billed.",
+    )
 
     class Meta:
         db_table = "billing_usage_event"

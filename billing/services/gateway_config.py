@@ -113,12 +113,18 @@ def tenancy_section_build(*, at: dt.datetime | None = None) -> dict:
         name: {"price_id": p.pk, "input_nanos": p.input_nanos, "output_nanos": p.output_nanos}
         for name, p in prices_in_force(at=at, kind="batch").items()
     }
+    # What a semantic cache hit is billed at (docs/decisions/0042); a model without one: its online price.
+    cache_prices = {
+        name: {"price_id": p.pk, "input_nanos": p.input_nanos, "output_nanos": p.output_nanos}
+        for name, p in prices_in_force(at=at, kind="cache").items()
+    }
     return {
         "generated_at": now,
         "keys": keys,
         "tenants": tenants,
         "prices": prices,
         "batch_prices": batch_prices,
+        "cache_prices": cache_prices,
     }
 
 

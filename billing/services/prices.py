@@ -66,8 +66,11 @@ def price_set(
     effective_from: dt.datetime | None = None,
     note: str = "",
     source: str = "manual",
+    kind: str = "online",
 ) -> Price:
-    """Add a price version for a public model (prices are never edited in place: history stays)."""
+    """Add a price version for a public model (prices are never edited in place: history stays).
+
+    ``kind``: "online" (requests), "batch" (batch lines) or "cache" (semantic cache hits, ADR 0042)."""
     price_bounds_check(
         input_per_million=input_per_million,
         output_per_million=output_per_million,
@@ -80,6 +83,7 @@ def price_set(
         effective_from=effective_from or timezone.now(),
         note=note,
         source=source,
+        kind=kind,
         created_by=actor if getattr(actor, "pk", None) else None,
     )
     price.full_clean()

@@ -26,7 +26,9 @@ def _context(request, *, form=None, reprice_form=None, page_number=None) -> dict
     admin = is_platform_admin(request.user)
     return {
         "page": Paginator(price_list(), PAGE_SIZE).get_page(page_number),
-        "in_force": {p.pk for p in prices_in_force().values()},
+        "in_force": {
+            p.pk for kind in ("online", "batch", "cache") for p in prices_in_force(kind=kind).values()
+        },
         "form": form or (PriceForm() if admin else None),
         "reprice_form": reprice_form or (RepriceForm() if admin else None),
         "reprices": reprice_list()[:50] if reads_everything(request.user) else [],
@@ -57,6 +59,7 @@ class PriceCreateView(PlatformAdminRequiredMixin, View):
                 output_per_million=d["output_per_million"],
                 effective_from=d.get("effective_from"),
                 note=d.get("note", ""),
+                kind=d.get("kind") or "online",
                 actor=request.user,
             )
         except ValidationError as exc:

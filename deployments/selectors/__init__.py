@@ -61,6 +61,7 @@ def routing_table() -> dict:
     routes = (
         ModelRoute.objects.filter(rehearsal=False)  # a rehearsal's route exists only in its simulation
         .prefetch_related(Prefetch("targets", queryset=targets), "allowed_tenants")
+        .select_related("cache_settings__embedding_route")
         .order_by("public_name")
     )
     for route in routes:
@@ -73,6 +74,8 @@ def routing_table() -> dict:
             "free": bool(route.free_reason),
             # Whether it takes votes (docs/voting.md): "off", "field" or "n".
             "voting": route.voting,
+            # The semantic cache (docs/semantic-cache.md): None unless turned on with an embedding route.
+            "cache": _cache_spec(route),
             "targets": [
                 {
                     "deployment_id": t.deployment_id,
@@ -95,6 +98,19 @@ def routing_table() -> dict:
             ],
         }
     return table
+
+
+def _cache_spec(route: ModelRoute) -> dict | None:
+    c = getattr(route, "cache_settings", None)
+    if c is None or not c.enabled or c.embedding_route is None:
+        return None
+    return {
+        "ttl_s": c.ttl_s,
+        "target_error": c.target_error_rate,
+        "verify_share": c.verify_share,
+        "embedding_model": c.embedding_route.public_name,
+        "generation": c.generation,
+    }
 
 
 def deployment_for_version(*, version_id: int, gpu_type_id: int) -> Deployment | None:

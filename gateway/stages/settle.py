@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from gateway import metrics as m
-from gateway.replies import Reply, error_body, send_json
+from gateway.replies import Reply, error_body, send_json, send_sse
 from gateway.responses import responses_usage
 from gateway.spool import SCHEMA_VERSION as SPOOL_SCHEMA_VERSION
 from gateway.voting import STATE as VOTE_STATE
@@ -132,6 +132,10 @@ def usage_event(gw: Gateway, ctx: RequestContext, finished_at: float, e2e: float
         # A vote's samples (docs/voting.md): spent, and left unspent of its budget; 0 for other requests.
         "vote_samples": vote.spent if vote is not None else 0,
         "vote_samples_saved": vote.saved if vote is not None else 0,
+        # A semantic cache hit (docs/semantic-cache.md): billed at the cache price, and what the
+        # model would have cost beyond that.
+        "cache_hit": ctx.cache_hit,
+        "saved_nanos": ctx.saved_nanos,
     }
 
 
@@ -201,7 +205,10 @@ async def answer(gw: Gateway, ctx: RequestContext, send, reply: Reply) -> None:
     headers = ctx.headers()
     if reply.headers:
         headers += reply.headers
-    await send_json(send, reply.status, reply.body, headers)
+    if reply.sse:
+        await send_sse(send, reply.body, headers)
+    else:
+        await send_json(send, reply.status, reply.body, headers)
     m.child(m.REQUESTS, ctx.model, str(reply.status)).inc()
 
 

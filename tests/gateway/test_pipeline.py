@@ -256,6 +256,9 @@ async def test_hooks_are_configured_by_dotted_path_and_built_with_the_gateway(mo
     )
     assert load_config().hooks == ("tests.gateway.test_pipeline:Cache", "tests.gateway.test_pipeline.Cache")
     monkeypatch.delenv("GATEWAY_HOOKS")
+    # Unset: the semantic cache, which does nothing on a route until an admin turns it on there.
+    assert load_config().hooks == ("gateway.semcache.hook:SemanticCache",)
+    monkeypatch.setenv("GATEWAY_HOOKS", "none")
     assert load_config().hooks == ()
     built = load_hooks(["tests.gateway.test_pipeline:Cache"], inproc.gw)
     assert isinstance(built[0], Cache)

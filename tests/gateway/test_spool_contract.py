@@ -70,6 +70,8 @@ def _line(**over) -> bytes:
         "traffic_class": "sheddable",
         "vote_samples": 5,
         "vote_samples_saved": 11,
+        "cache_hit": True,
+        "saved_nanos": 900,
     }
     ev.update(over)
     return orjson.dumps(ev) + b"\n"
@@ -93,24 +95,35 @@ def test_shipper_inserts_every_column_and_refuses_unknown_versions(tmp_path):
             "long-context",
         )
         assert (ev.vote_samples, ev.vote_samples_saved) == (5, 11)
+        assert (ev.cache_hit, ev.saved_nanos) == (True, 900)
         # A line of version 1 (a gateway from before traffic classes) is standard traffic; neither
         # it nor a line of version 2 (before pools) says which pool answered.
+        cache = ("cache_hit", "saved_nanos")
         old = orjson.loads(_line(schema_version=1))
-        del old["traffic_class"], old["pool"], old["vote_samples"], old["vote_samples_saved"]
+        for k in ("traffic_class", "pool", "vote_samples", "vote_samples_saved", *cache):
+            del old[k]
         v2 = orjson.loads(_line(schema_version=2))
-        del v2["pool"], v2["vote_samples"], v2["vote_samples_saved"]
+        for k in ("pool", "vote_samples", "vote_samples_saved", *cache):
+            del v2[k]
         # Nor does one of version 3 (before votes) carry samples: it was no vote.
         v3 = orjson.loads(_line(schema_version=3))
-        del v3["vote_samples"], v3["vote_samples_saved"]
+        for k in ("vote_samples", "vote_samples_saved", *cache):
+            del v3[k]
+        # And one of version 4 (before the semantic cache) was no cache hit.
+        v4 = orjson.loads(_line(schema_version=4))
+        for k in cache:
+            del v4[k]
         with seg.open("ab") as f:
-            f.write(orjson.dumps(old) + b"\n" + orjson.dumps(v2) + b"\n" + orjson.dumps(v3) + b"\n")
-        assert shipper.ship_once() == 3
+            f.write(b"".join(orjson.dumps(x) + b"\n" for x in (old, v2, v3, v4)))
+        assert shipper.ship_once() == 4
         assert UsageEvent.objects.get(event_id=v3["event_id"]).vote_samples == 0
+        ev4 = UsageEvent.objects.get(event_id=v4["event_id"])
+        assert (ev4.cache_hit, ev4.saved_nanos) == (False, 0)
         assert UsageEvent.objects.get(event_id=old["event_id"]).traffic_class == "standard"
         assert UsageEvent.objects.get(event_id=old["event_id"]).pool == ""
         assert UsageEvent.objects.get(event_id=v2["event_id"]).pool == ""
         assert UsageEvent.objects.get(event_id=v2["event_id"]).traffic_class == "sheddable"
-        good += orjson.dumps(old) + b"\n" + orjson.dumps(v2) + b"\n" + orjson.dumps(v3) + b"\n"
+        good += b"".join(orjson.dumps(x) + b"\n" for x in (old, v2, v3, v4))
         newer = _line(schema_version=spool.SCHEMA_VERSION + 1)
         with seg.open("ab") as f:
             f.write(newer)
