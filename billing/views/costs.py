@@ -14,6 +14,7 @@ from django.views import View
 from billing.forms import CostRangeForm
 from billing.models import Tenant
 from billing.selectors import focus
+from billing.selectors.cache import cache_savings
 from billing.selectors.costs import (
     budget_burndown,
     cost_breakdown,
@@ -103,6 +104,7 @@ class TenantCostView(PlatformUserRequiredMixin, View):
             "by_model": by_model,
             "by_key": by_key,
             "by_class": by_class,
+            "cache": cache_savings(tenant_id=tenant.pk, since=since, until=until),
             "latency": latency_percentiles(tenant_id=tenant.pk, since=since, until=until),
             "burndown": burndown,
             "freshness": rollup_freshness(),
