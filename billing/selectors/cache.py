@@ -19,7 +19,9 @@ from billing.models import NANOS_PER_USD, UsageEvent
 def cache_savings(*, tenant_id: int, since: dt.datetime, until: dt.datetime) -> dict:
     """``{"hits", "tokens", "billed_usd", "saved_usd", "by_model": [...]}`` for the range."""
     rows = list(
-        UsageEvent.objects.filter(tenant_id=tenant_id, started_at__gte=since, started_at__lt=until, cache_hit=True)
+        UsageEvent.objects.filter(
+            tenant_id=tenant_id, started_at__gte=since, started_at__lt=until, cache_hit=True
+        )
         .values("public_model")
         .annotate(
             hits=Count("id"),

@@ -32,7 +32,9 @@ OK = {"enabled": "on", "ttl_s": "3600", "target_error_rate": "0.02", "verify_sha
 
 @pytest.fixture
 def routes():
-    chat = RouteTargetFactory(deployment=DeploymentFactory(status="RUNNING"), route__public_name="chat-c").route
+    chat = RouteTargetFactory(
+        deployment=DeploymentFactory(status="RUNNING"), route__public_name="chat-c"
+    ).route
     emb = RouteTargetFactory(
         deployment=DeploymentFactory(status="RUNNING", task="embed"), route__public_name="emb-c"
     ).route
@@ -64,7 +66,14 @@ def test_an_admin_turns_the_cache_on_and_the_gateways_are_told(admin_client, rou
     r = admin_client.post(reverse("deployments:route_cache_drop", args=[chat.pk]), {"reason": "new KB"})
     assert r.status_code == 302 and routing_table()["chat-c"]["cache"]["generation"] == 1
     # Off again: the gateways stop using it.
-    _post(admin_client, chat, ttl_s="3600", target_error_rate="0.02", verify_share="0.05", embedding_route=emb.pk)
+    _post(
+        admin_client,
+        chat,
+        ttl_s="3600",
+        target_error_rate="0.02",
+        verify_share="0.05",
+        embedding_route=emb.pk,
+    )
     assert routing_table()["chat-c"]["cache"] is None
 
 
@@ -97,7 +106,9 @@ def test_a_route_that_does_not_embed_cannot_be_the_embedding_route(admin_client,
     from deployments.semcache.services import route_cache_set
 
     chat, _ = routes
-    other = RouteTargetFactory(deployment=DeploymentFactory(status="RUNNING"), route__public_name="gen-c").route
+    other = RouteTargetFactory(
+        deployment=DeploymentFactory(status="RUNNING"), route__public_name="gen-c"
+    ).route
     with pytest.raises(Exception, match="serves /v1/embeddings"):
         route_cache_set(route=chat, enabled=True, ttl_s=60, target_error_rate=0.02, verify_share=0.05,
                         embedding_route=other, actor=None)  # fmt: skip
@@ -128,7 +139,12 @@ def test_the_route_page_shows_the_hit_rate_and_the_estimated_error_next_to_the_t
 
 
 def test_a_cache_price_is_published_like_any_price_and_reaches_the_gateways(admin_client, routes):
-    data = {"public_model": "chat-c", "kind": "cache", "input_per_million": "0.1", "output_per_million": "0.2"}
+    data = {
+        "public_model": "chat-c",
+        "kind": "cache",
+        "input_per_million": "0.1",
+        "output_per_million": "0.2",
+    }
     r = admin_client.post(reverse("billing:price_create"), data)
     assert r.status_code in (200, 302)
     p = Price.objects.get(public_model="chat-c")
