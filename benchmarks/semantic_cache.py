@@ -297,6 +297,13 @@ class Outcome:
     verified: int = 0
     verified_wrong: int = 0
     entries: int = 0
+    families: dict | None = None  # family -> [requests, hits, wrong]
+
+    def count(self, family: str, hit: bool, wrong: bool) -> None:
+        c = self.families.setdefault(family, [0, 0, 0])
+        c[0] += 1
+        c[1] += hit
+        c[2] += wrong
 
     def summary(self) -> dict:
         lo, hi = wilson(self.wrong, self.requests)
@@ -307,6 +314,9 @@ class Outcome:
             "hits": self.hits,
             "wrong_hits": self.wrong,
             "entries": self.entries,
+            "by_family": {
+                f: {"requests": n, "hit_rate": h / n, "error_rate": w / n} for f, (n, h, w) in sorted(self.families.items())
+            },
         }
 
 
@@ -316,18 +326,20 @@ def run(queries: list[Query], vecs: np.ndarray, *, static: float | None = None, 
     rng = rng or random.Random(1)
     index = ScopeIndex(vecs.shape[1])
     answers: dict[int, str] = {}
-    out = Outcome()
+    out = Outcome(families={})
     never = float("inf")
     for i, q in enumerate(queries):
         out.requests += 1
         found = index.nearest(vecs[i], now=0.0)
         if found is None:
+            out.count(q.family, False, False)
             answers[i] = q.group
             index.add(i, vecs[i], never)
             continue
         entry, s = found
         right = answers[entry.key] == q.group
         if static is not None:
+            out.count(q.family, s >= static, s >= static and not right)
             if s >= static:
                 out.hits += 1
                 out.wrong += not right
@@ -338,7 +350,9 @@ def run(queries: list[Query], vecs: np.ndarray, *, static: float | None = None, 
         if policy.serve(entry.ll, s) and rng.random() >= verify_share:
             out.hits += 1
             out.wrong += not right
+            out.count(q.family, True, not right)
             continue
+        out.count(q.family, False, False)
         # Sent to the model: its answer teaches the entry; a different answer becomes an entry.
         entry.observe(s, right)
         policy.learned(entry.ll, entry.n)

@@ -48,9 +48,17 @@ SLOPES = np.array([16.0, 32.0, 64.0, 128.0])
 GRID_T = np.tile(THRESHOLDS, len(SLOPES))
 GRID_K = np.repeat(SLOPES, len(THRESHOLDS))
 GRID_SIZE = GRID_T.size
-# When an entry's posterior is added to the route's prior, and how much of the prior stays uniform.
+# When an entry's posterior is added to the route's prior, and how much of the prior stays the base.
 MILESTONES = frozenset({4, 16, 64})
-UNIFORM_SHARE = 0.2
+BASE_SHARE = 0.2
+
+
+def _base_prior() -> np.ndarray:
+    """What is assumed of an entry before anything is known: any threshold and slope of the grid."""
+    return np.full(GRID_SIZE, 1.0 / GRID_SIZE)
+
+
+BASE_PRIOR = _base_prior()
 
 
 def _log_sigmoid(z: np.ndarray) -> np.ndarray:
@@ -73,7 +81,8 @@ class Policy:
             raise ValueError(why)
         self.target = float(target)
         self.rng = rng or random.Random()
-        self.log_prior = np.zeros(GRID_SIZE)  # uniform until entries have taught the route something
+        self.base = BASE_PRIOR
+        self.log_prior = np.log(self.base)  # until entries have taught the route something
         self._pop = np.zeros(GRID_SIZE)
         self._pop_n = 0
 
@@ -81,7 +90,7 @@ class Policy:
         """An entry reached ``n`` observations (``MILESTONES``): its posterior joins the route's prior.
 
         The prior of a new entry is then what entries of this route turned out to be (empirical Bayes),
-        mixed with the uniform one (``UNIFORM_SHARE``) so that no threshold is ever ruled out: a route
+        mixed with the base one (``BASE_SHARE``, ``BASE_PRIOR``) so that no threshold is ever ruled out: a route
         where most entries take neighbours at 0.5 serves a new entry sooner than one full of
         near-misses, and one observation tells which kind a new entry is."""
         if n not in MILESTONES:
@@ -90,7 +99,7 @@ class Policy:
         w = np.exp(logw)
         self._pop += w / w.sum()
         self._pop_n += 1
-        mix = (1 - UNIFORM_SHARE) * self._pop / self._pop.sum() + UNIFORM_SHARE / GRID_SIZE
+        mix = (1 - BASE_SHARE) * self._pop / self._pop.sum() + BASE_SHARE * self.base
         self.log_prior = np.log(mix)
 
     def p_wrong(self, ll: np.ndarray | None, s: float) -> float:

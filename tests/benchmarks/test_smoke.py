@@ -48,6 +48,21 @@ BENCHMARKS = {
     "gates": (("gate_wall_s", "gate_s", "verdicts", "conditions"), (), [pytest.mark.slow]),
     "deployments": (("summary", "rounds", "ray_version"), (), [pytest.mark.ray, pytest.mark.slow]),
     "http1_parsers": (("us_per_response", "ratio_to_llhttp", "conditions"), (), []),
+    "semantic_cache": (
+        (
+            "target_error_rate",
+            "observed_error_rate",
+            "observed_error_interval",
+            "hit_rate",
+            "best_static_threshold",
+            "best_static_hit_rate",
+            "hit_rate_ratio",
+            "lookup_ms_p50",
+            "conditions",
+        ),
+        (),
+        [],
+    ),
     "voting": (
         (
             "samples_saved_pct",
