@@ -37,8 +37,8 @@ import numpy as np
 
 from benchmarks.smoke import add_smoke_flag, apply_smoke
 from engines import textvec
-from gateway.semcache.index import Entry, ScopeIndex
 from evalkit.stats import wilson
+from gateway.semcache.index import Entry, ScopeIndex
 from gateway.semcache.policy import Policy
 
 # ------------------------------------------------------------------------------ the workload
@@ -315,7 +315,8 @@ class Outcome:
             "wrong_hits": self.wrong,
             "entries": self.entries,
             "by_family": {
-                f: {"requests": n, "hit_rate": h / n, "error_rate": w / n} for f, (n, h, w) in sorted(self.families.items())
+                f: {"requests": n, "hit_rate": h / n, "error_rate": w / n}
+                for f, (n, h, w) in sorted(self.families.items())
             },
         }
 

@@ -100,7 +100,9 @@ def test_the_scope_changes_with_everything_an_answer_depends_on_and_nothing_else
     ]
     assert base not in changed and len(set(changed)) == len(changed)
     # How the answer is delivered, and who asks within the tenant's key scope, do not matter.
-    assert _scope(body={"model": "m", "messages": [], "temperature": 0, "stream": False, "user": "u2"}) == base
+    assert (
+        _scope(body={"model": "m", "messages": [], "temperature": 0, "stream": False, "user": "u2"}) == base
+    )
 
 
 def test_only_text_prompts_are_cached():
