@@ -22,7 +22,7 @@ CHANNEL = "snapshot"
 VERSION_KEY = "snapshot:version"
 SECTIONS = ("tenancy", "routes", "routers")
 SECTION_FIELDS = {
-    "tenancy": ("keys", "tenants", "prices", "batch_prices"),
+    "tenancy": ("keys", "tenants", "prices", "batch_prices", "cache_prices"),
     "routes": ("routes",),
     "routers": ("routers",),
 }
