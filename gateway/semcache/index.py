@@ -107,8 +107,8 @@ class LocalIndex:
         got = self.by_key.get(key)
         return None if got is None else got[1]
 
-    def purge(self, now: float | None = None) -> int:
-        """Drop expired entries (and empty scopes); how many went."""
+    def purge(self, now: float | None = None) -> list[int]:
+        """Drop expired entries (and empty scopes); the keys that went."""
         now = time.time() if now is None else now
         gone = [k for k, (_, e) in self.by_key.items() if e.expires_at <= now]
         for k in gone:
@@ -118,7 +118,15 @@ class LocalIndex:
                 si.remove(k)
                 if not si.entries:
                     del self.scopes[scope]
-        return len(gone)
+        return gone
+
+    def drop(self, key: int) -> None:
+        """Forget one entry (its answer expired in Redis before its time here)."""
+        got = self.by_key.pop(key, None)
+        if got is not None:
+            si = self.scopes.get(got[0])
+            if si is not None:
+                si.remove(key)
 
     def __len__(self) -> int:
         return len(self.by_key)

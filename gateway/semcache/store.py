@@ -80,11 +80,8 @@ class Store:
         """The entry's answer, or None when it expired (then it is dropped here too)."""
         raw = await asyncio.wait_for(self.redis.get(self._answer_key(key)), self.timeout_s)
         if raw is None:
-            got = self.local.by_key.pop(key, None)
-            if got is not None:
-                si = self.local.scopes.get(got[0])
-                if si is not None:
-                    si.remove(key)
+            self.local.drop(key)
+            self.entry_route.pop(key, None)
             return None
         return Answer.loads(raw)
 
@@ -171,7 +168,8 @@ class Store:
                     self.synced.set()
                 if time.monotonic() - flushed >= 1.0:
                     await self.flush()
-                    self.local.purge()
+                    for key in self.local.purge():
+                        self.entry_route.pop(key, None)
                     flushed = time.monotonic()
             except asyncio.CancelledError:
                 raise

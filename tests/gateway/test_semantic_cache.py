@@ -340,3 +340,20 @@ async def test_the_workers_share_entries_and_what_they_learned_through_redis(cac
 async def _until(cond) -> None:
     while not cond():
         await asyncio.sleep(0.02)
+
+
+async def test_entries_live_for_the_routes_ttl_and_an_expired_one_is_never_served(cached):
+    g, eng = cached, cached.engine_answering
+    q = ask("What is the capital of Austria?")
+    await until_hit(g, q)
+    keys = [k async for k in g.redis.scan_iter(match=g.prefix + "sc:a:*")]
+    assert keys
+    for k in keys:
+        assert 0 < await g.redis.ttl(k) <= 600  # the route's TTL
+    await g.redis.delete(*keys)  # what Redis does when the TTL runs out
+    eng.tag = "FRESH"
+    a = await g.post(q)
+    assert a.headers.get("x-governor-cache") is None and content(a) == "FRESH about Austria"
+    # The fresh answer is the new entry.
+    hit, _ = await until_hit(g, q)
+    assert content(hit) == "FRESH about Austria"
