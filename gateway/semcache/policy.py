@@ -42,9 +42,9 @@ from snapshot.contract import cache_target_refusal
 # Candidate per-entry sigmoids: a threshold (similarities under 0.2 are never close enough to serve;
 # one above 1 stands for an entry no neighbour may take, an answer that varies run to run) and a
 # slope (how sharply correctness turns around it: sharp where paraphrases and near-misses are apart,
-# shallow where they overlap). The posterior is over both, flattened: 64 x 4 points.
+# shallow where they overlap). The posterior is over both, flattened: 64 x 6 points.
 THRESHOLDS = np.linspace(0.2, 1.04, 64)
-SLOPES = np.array([16.0, 32.0, 64.0, 128.0])
+SLOPES = np.array([16.0, 32.0, 64.0, 128.0, 256.0, 512.0])
 GRID_T = np.tile(THRESHOLDS, len(SLOPES))
 GRID_K = np.repeat(SLOPES, len(THRESHOLDS))
 GRID_SIZE = GRID_T.size
