@@ -12,9 +12,10 @@ Here (docs/decisions/0042):
 
 - Each entry keeps the log-likelihood of its observations ``(s, correct)`` on a fixed grid of
   candidate sigmoids (a threshold ``t_e`` and a slope each: ``GRID_T``, ``GRID_K``). The posterior
-  over the grid, from a prior and those observations, gives the posterior mean probability that the entry's
-  answer is wrong at a similarity ``s``: ``p_wrong``. Updating an entry is one vector add; a
-  decision is a handful of vector operations over 64 numbers (microseconds).
+  over the grid, from the route's prior and those observations, gives the posterior mean probability
+  that the entry's answer is wrong at a similarity ``s``: ``p_wrong``. Updating an entry is one
+  vector add; a decision is a handful of vector operations over 384 numbers (microseconds). The
+  route's prior is learned from its entries (``Policy.learned``, empirical Bayes).
 - A would-be hit is served with probability ``min(1, delta / p_wrong)`` (vCache's exploration
   probability turned around): the chance this request gets a wrong answer is then at most
   ``delta`` under the posterior, so the error rate over all requests is at most ``delta``. An entry
