@@ -13,6 +13,7 @@ from evaluations.models import (
     GateDecision,
     GatePolicy,
     GateRun,
+    RouterPolicy,
     SimulatorCalibration,
 )
 
@@ -88,3 +89,17 @@ class CapacityPlanAdmin(ReadOnlyAdmin):
 class SimulatorCalibrationAdmin(ReadOnlyAdmin):
     list_display = ("id", "gpu_type", "evaluation", "ttft_err_pct", "tpot_err_pct", "source", "created_at")
     list_filter = ("evaluation", "gpu_type")
+
+
+@admin.register(RouterPolicy)
+class RouterPolicyAdmin(ReadOnlyAdmin):
+    list_display = (
+        "route",
+        "number",
+        "status",
+        "cheap_version",
+        "strong_version",
+        "quality_target",
+        "threshold",
+    )
+    list_filter = ("status",)
