@@ -27,11 +27,13 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
+from gateway import batchlines
 from gateway import metrics as m
 from gateway.endpoints import serves, upstream_url
 from gateway.replies import Reply, error_reply
 from gateway.semcache import answers, request
 from gateway.semcache.store import Store
+from gateway.voting import STATE as VOTE
 
 log = logging.getLogger("gateway.semcache")
 
@@ -84,6 +86,10 @@ class SemanticCache:
         r = ctx.route
         cfg = r.cache if r is not None else None
         if cfg is None or ctx.kind not in ("chat", "text") or ctx.choices != 1 or ctx.target is None:
+            return None
+        if batchlines.STATE in ctx.state or VOTE in ctx.state:
+            # A batch line's answer is stored for re-sends and billed at the batch price; a vote
+            # samples the model on purpose: neither is the cache's to answer.
             return None
         opts = ctx.state.get(request.OPTIONS_FIELD) or {}
         store = self.store

@@ -357,3 +357,16 @@ async def test_entries_live_for_the_routes_ttl_and_an_expired_one_is_never_serve
     # The fresh answer is the new entry.
     hit, _ = await until_hit(g, q)
     assert content(hit) == "FRESH about Austria"
+
+
+@pytest.mark.parametrize("state", ["batch_line", "vote"])
+async def test_batch_lines_and_votes_are_never_the_caches_to_answer(cached, state):
+    from gateway import batchlines
+    from gateway.voting import STATE as VOTE
+
+    g, eng = cached, cached.engine_answering
+    ctx = g.routed(ask("What is the capital of Austria?"))
+    ctx.target = ctx.candidates[0]
+    ctx.state[batchlines.STATE if state == "batch_line" else VOTE] = {}
+    assert await g.cache.before_forward(ctx) is None
+    assert eng.embeddings == 0 and "semcache" not in ctx.state
