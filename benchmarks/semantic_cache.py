@@ -24,6 +24,7 @@ decide) against a scope holding ``--entries`` entries, in this process.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
@@ -34,12 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import orjson
 
 from benchmarks.smoke import add_smoke_flag, apply_smoke
 from engines import textvec
 from evalkit.stats import wilson
 from gateway.semcache.index import Entry, ScopeIndex
 from gateway.semcache.policy import Policy
+from gateway.upstream import UpstreamPool
 
 # ------------------------------------------------------------------------------ the workload
 
@@ -378,6 +381,7 @@ def lookup_latency(entries: int, lookups: int, dims: int, seed: int = 3) -> dict
         for k in keys:
             index.entries[int(k)] = Entry(int(k), float("inf"))
     build_s = time.perf_counter() - t0
+    embed_times = asyncio.run(_embedding_round_trips([q.text for q in qs[entries:]], dims))
     policy = Policy(0.02, rng=random.Random(seed))
     times, encode_times = [], []
     for q in qs[entries:]:
@@ -390,13 +394,62 @@ def lookup_latency(entries: int, lookups: int, dims: int, seed: int = 3) -> dict
         end = time.perf_counter()
         times.append(end - t)
         encode_times.append(t_enc - t)
+    with_embedding = [a + b for a, b in zip(times, embed_times, strict=True)]
     return {
         "lookup_ms_p50": statistics.median(times) * 1000,
+        # What a lookup adds in the gateway: the embedding deployment's round trip on top.
+        "lookup_with_embedding_ms_p50": statistics.median(with_embedding) * 1000,
+        "embedding_round_trip_ms_p50": statistics.median(embed_times) * 1000,
         "lookup_ms_p95": float(np.percentile(times, 95) * 1000),
         "encode_ms_p50": statistics.median(encode_times) * 1000,
         "index_build_s": build_s,
         "entries": len(index),
     }
+
+
+async def _embedding_round_trips(texts: list[str], dims: int) -> list[float]:
+    """Each text's ``POST /v1/embeddings`` through the gateway's upstream client (``http1``, kept-alive)
+    to a server on localhost that answers with the light encoder, as the simulated engines do (in
+    this process and event loop: its work is counted, as it would share a CPU host's cores)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                req = orjson.loads(await reader.readexactly(length))
+                vec = textvec.encode(req["input"], dims).tolist()
+                body = orjson.dumps(
+                    {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": vec}]}
+                )
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
+                    % (len(body), body)
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/embeddings"
+    client = UpstreamPool(connect_timeout=5.0, idle_timeout=30.0)
+    out = []
+    try:
+        for text in texts:
+            t = time.perf_counter()
+            resp = await client.post(
+                url, orjson.dumps({"model": "emb", "input": text, "encoding_format": "float"})
+            )
+            data = await resp.read_all()
+            resp.release()
+            np.asarray(orjson.loads(data)["data"][0]["embedding"], dtype=np.float32)
+            out.append(time.perf_counter() - t)
+    finally:
+        await client.close()
+        server.close()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -464,7 +517,8 @@ def main(argv: list[str] | None = None) -> int:
             "verify_share": a.verify_share,
             "index": "usearch HNSW, int8, connectivity 12, expansion 40/32, one scope",
             "lookup": f"median of {a.lookups} lookups (encode + nearest + decide) at {lat['entries']} entries, "
-            "in this process (no Redis, no HTTP)",
+            "in this process (no Redis, no HTTP); with_embedding: plus POST /v1/embeddings to a light-encoder "
+            "server on localhost through the gateway's http1 client, in the same event loop",
             "cores": os.cpu_count(),
             "load_average": os.getloadavg(),
             "python": sys.version.split()[0],
@@ -478,7 +532,8 @@ def main(argv: list[str] | None = None) -> int:
         f"(error {best['error_rate']:.4f}); ratio {ratio if ratio is None else round(ratio, 2)}"
     )
     print(
-        f"lookup p50 {lat['lookup_ms_p50']:.3f} ms at {lat['entries']} entries (encode {lat['encode_ms_p50']:.3f} ms)"
+        f"lookup p50 {lat['lookup_ms_p50']:.3f} ms at {lat['entries']} entries (encode {lat['encode_ms_p50']:.3f} ms); "
+        f"with the embedding round trip {lat['lookup_with_embedding_ms_p50']:.3f} ms"
     )
     if a.json_path:
         Path(a.json_path).parent.mkdir(parents=True, exist_ok=True)
