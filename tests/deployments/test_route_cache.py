@@ -172,6 +172,9 @@ def test_the_tenants_cost_page_shows_the_money_the_cache_saved(member_client, te
     assert 'id="cache-saved"' in html
     assert "2 requests answered from the cache (30 tokens" in html
     assert "$0.0360 saved" in html
+    # The usage page says which requests the cache answered.
+    usage = member_client.get(reverse("billing:usage")).content.decode()
+    assert usage.count('class="badge text-bg-info cache-hit"') == 2
 
 
 def test_a_tenant_without_hits_sees_no_cache_section(member_client, tenant):
