@@ -32,7 +32,7 @@ class Entry:
     wrong: int = 0  # of which the model's answer differed
 
     def observe(self, s: float, correct: bool) -> None:
-        o = observation(s, correct)
+        o = observation(s, correct).astype(np.float32)  # 1 KiB an observed entry: float32 is plenty
         self.ll = o if self.ll is None else self.ll + o
         self.n += 1
         self.wrong += 0 if correct else 1
