@@ -51,8 +51,13 @@ class Pending:
     vec: np.ndarray
     ttl_s: int
     action: str  # "insert" (no neighbour), "explore" (not served), "verify" (a verification sample)
+    version: str = ""  # the model version the scope was made for
     key: int = 0
     s: float = 0.0
+
+
+def _version(target) -> str:
+    return f"v{target.version_id}" if target.version_id is not None else f"d{target.deployment_id}"
 
 
 class SemanticCache:
@@ -115,12 +120,12 @@ class SemanticCache:
             store.count(r.name, "fallbacks")
             m.child(m.ERRORS, "cache_fallback").inc()
             return None
-        tg = ctx.target
+        version = _version(ctx.target)
         scope = request.scope_id(
             tenant_id=ctx.tenant.id,
             key_models=ctx.key.models,
             route=r.name,
-            version=f"v{tg.version_id}" if tg.version_id is not None else f"d{tg.deployment_id}",
+            version=version,
             embedder=embedder,
             generation=cfg.generation,
             system=system,
@@ -129,7 +134,7 @@ class SemanticCache:
             kind=ctx.kind,
             max_tokens=ctx.max_tokens,
         )
-        pending = Pending(r.name, scope, vec, cfg.ttl_s, "insert")
+        pending = Pending(r.name, scope, vec, cfg.ttl_s, "insert", version)
         found = store.nearest(scope, vec)
         if found is not None:
             entry, s = found
@@ -208,6 +213,8 @@ class SemanticCache:
         pending = ctx.state.get(STATE)
         if pending is None or ctx.status != "ok" or ctx.http_status != 200:
             return
+        if ctx.target is None or _version(ctx.target) != pending.version:
+            return  # retried on a deployment of another version: not this scope's answer
         if ctx.stream:
             ans = answers.from_stream(ctx.kind, ctx.response_chunks, ctx.completion_tokens)
         else:
