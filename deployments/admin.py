@@ -10,6 +10,7 @@ from deployments.models import (
     ModelRoute,
     ReconcileRun,
     Rollout,
+    RouteCache,
     RouteTarget,
 )
 
@@ -94,3 +95,17 @@ class RolloutAdmin(_ReadOnly):
 class AnalysisRunAdmin(_ReadOnly):
     list_display = ["id", "rollout", "step_index", "window_start", "window_end", "verdict", "failed_checks"]
     list_filter = ["verdict"]
+
+
+@admin.register(RouteCache)
+class RouteCacheAdmin(ReadOnlyAdmin):
+    list_display = (
+        "route",
+        "enabled",
+        "ttl_s",
+        "target_error_rate",
+        "verify_share",
+        "embedding_route",
+        "generation",
+    )
+    list_filter = ("enabled",)

@@ -184,6 +184,7 @@ def test_routing_table_shape_for_the_gateway(settings, target):
             "tenant_ids": None,
             "free": False,
             "voting": "off",
+            "cache": None,  # the semantic cache is off unless an admin turns it on
             "targets": [
                 {
                     "deployment_id": d.pk,
