@@ -210,6 +210,7 @@ def client_capacity(
         "server_cpu_pct": round(server_cpu / wall * 100, 1) if server_cpu is not None else None,
         "server_cpu_peak_pct": round(peak[0], 1) if peak else None,
         "error_types": s["errors"],
+        "error_samples": {k: v[:1] for k, v in s["error_samples"].items()},
         "client_cpu_s": round(sum(w["cpu_s"] for w in workers), 2) if workers else None,
         "workers": workers,
         # Other work on the machine competes with the client and the engine for the same cores;
