@@ -26,7 +26,7 @@
     python -m benchmarks.harness                      # full ladder, about 3 minutes (+ vLLM start)
     python -m benchmarks.harness --streams 250,1000 --duration 14 --json var/bench-harness.json
     python -m benchmarks.harness --fidelity-only --json var/bench-fidelity.json
-    python -m benchmarks.harness --workers 4 --tpot-ms 500 --streams 2000,4000,8000  # see docs
+    python -m benchmarks.harness --workers 4 --tpot-ms 250 --streams 2000,4000,8000,12000  # see docs
 """
 
 from __future__ import annotations
