@@ -92,6 +92,7 @@ def publish(redis_url: str, prefix: str, engine_port: int, limit: int | None) ->
                           "budget": None}},
         "prices": {MODEL: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
         "batch_prices": {},
+        "cache_prices": {},
     }  # fmt: skip
     routes = {"routes": {MODEL: {"long_context_threshold": None, "targets": [{
         "deployment_id": 1, "deployment_slug": "cap-0", "version_id": None,

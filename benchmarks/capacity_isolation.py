@@ -101,6 +101,7 @@ def publish(redis_url: str, prefix: str, ports: list[int], *, isolated: bool, th
                           "budget": None}},
         "prices": {MODEL: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
         "batch_prices": {},
+        "cache_prices": {},
     }  # fmt: skip
     pools = ["online", "long-context" if isolated else "online"]
     targets = [

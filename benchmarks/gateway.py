@@ -151,6 +151,8 @@ def snapshot_sections(engine_ports: list[int], limits: bool) -> dict[str, dict]:
             }
         },
         "prices": {MODEL: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
+        "batch_prices": {},
+        "cache_prices": {},
     }  # fmt: skip
     routes = {
         "routes": {
