@@ -1,7 +1,8 @@
 """The configuration snapshot: what the console publishes and every gateway serves from memory.
 
-Contract (JSON; ``snapshot.publish`` writes it in two sections: ``tenancy`` built by
-``billing.services.gateway_config`` and ``routes`` built by ``deployments.services``)::
+Contract (JSON; ``snapshot.publish`` writes it in three sections: ``tenancy`` built by
+``billing.services.gateway_config``, ``routes`` built by ``deployments.services`` and ``routers``
+built by ``evaluations.services.routing``)::
 
     {"version": int, "generated_at": float,
      "keys": {sha256_hex: {"id", "prefix", "tenant_id", "models": [..] | null,
