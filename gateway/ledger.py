@@ -113,6 +113,8 @@ def reaped_event(event_id: str, record: dict, progress: dict | None, now: float)
         "traffic_class": record.get("c") or "standard",  # entries written before classes existed
         "vote_samples": 0,  # a vote's rounds are not journalled: its samples are not known here
         "vote_samples_saved": 0,
+        "cache_hit": False,  # a cache hit settles at once: it is never in flight when a worker dies
+        "saved_nanos": 0,
     }
 
 
