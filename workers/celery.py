@@ -15,7 +15,18 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governor.settings")
 app = Celery("governor")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(
-    ["workers", "events", "audit", "catalog", "billing", "notify", "deployments", "evaluations", "operations", "batches"]
+    [
+        "workers",
+        "events",
+        "audit",
+        "catalog",
+        "billing",
+        "notify",
+        "deployments",
+        "evaluations",
+        "operations",
+        "batches",
+    ]
 )
 
 # Periodic work. Entries are added by the apps that own the work (see each tasks.py docstring).

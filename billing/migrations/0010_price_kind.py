@@ -4,15 +4,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('billing', '0009_usage_event_pool'),
+        ("billing", "0009_usage_event_pool"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='price',
-            name='kind',
-            field=models.CharField(choices=[('online', 'Online'), ('batch', 'Batch')], db_default='online', default='online', help_text='online: requests; batch: the lines of a batch, priced from the idle capacity they use.', max_length=8),
+            model_name="price",
+            name="kind",
+            field=models.CharField(
+                choices=[("online", "Online"), ("batch", "Batch")],
+                db_default="online",
+                default="online",
+                help_text="online: requests; batch: the lines of a batch, priced from the idle capacity they use.",
+                max_length=8,
+            ),
         ),
     ]

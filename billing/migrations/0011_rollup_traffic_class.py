@@ -4,23 +4,40 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('billing', '0010_price_kind'),
+        ("billing", "0010_price_kind"),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='usagerollup',
-            name='unique_usage_rollup_bucket',
+            model_name="usagerollup",
+            name="unique_usage_rollup_bucket",
         ),
         migrations.AddField(
-            model_name='usagerollup',
-            name='traffic_class',
-            field=models.CharField(db_default='standard', default='standard', help_text="The events' traffic class (interactive, standard, sheddable): the cost page splits by it.", max_length=16),
+            model_name="usagerollup",
+            name="traffic_class",
+            field=models.CharField(
+                db_default="standard",
+                default="standard",
+                help_text="The events' traffic class (interactive, standard, sheddable): the cost page splits by it.",
+                max_length=16,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='usagerollup',
-            constraint=models.UniqueConstraint(fields=('granularity', 'bucket_start', 'tenant', 'public_model', 'version_id', 'api_key_id', 'deployment_id', 'price_id', 'traffic_class'), name='unique_usage_rollup_bucket'),
+            model_name="usagerollup",
+            constraint=models.UniqueConstraint(
+                fields=(
+                    "granularity",
+                    "bucket_start",
+                    "tenant",
+                    "public_model",
+                    "version_id",
+                    "api_key_id",
+                    "deployment_id",
+                    "price_id",
+                    "traffic_class",
+                ),
+                name="unique_usage_rollup_bucket",
+            ),
         ),
     ]
