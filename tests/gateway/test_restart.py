@@ -19,10 +19,17 @@ from tests.gateway.conftest import publish, route, start_gateway
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 
+def _cmdline(pid: str) -> bytes | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return None  # it exited between the listing and the read (a worker being replaced)
+
+
 def worker_pids(supervisor: int) -> set[int]:
     children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
     # uvicorn's workers are multiprocessing spawn children; skip its resource tracker.
-    return {int(p) for p in children if b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()}
+    return {int(p) for p in children if (cmd := _cmdline(p)) is not None and b"resource_tracker" not in cmd}
 
 
 def test_the_launcher_starts_the_gateway_with_at_least_two_workers(monkeypatch):

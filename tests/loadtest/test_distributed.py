@@ -240,8 +240,11 @@ def test_a_sweep_runs_through_the_workers():
             stage_fn=stage_fn(pool),
         )
     stages = result["stages"]
-    assert all(st["offered"]["processes"] == 2 for st in stages)
-    assert all(len(st["workers"]) == 2 and st["failed"] == 0 for st in stages)
+    for st in stages:
+        # Both workers send, except in a stage with a single request (on a busy host the search may
+        # step down to such a rate): a share is never empty (loadtest.distributed.split_plan).
+        sent = sum(w["requests"] for w in st["workers"])
+        assert st["offered"]["processes"] == len(st["workers"]) == min(2, sent) and st["failed"] == 0
     # It brackets the slots' capacity: a rate passed, and none above the SLA knee did (33 req/s hard,
     # 33 * (1 + 0.25 / (0.9 * 1.5)) = 39.5 with the TTFT slack; how close it lands is load).
     assert result["bracket"][0] is not None and result["capacity_rate"] < 40
