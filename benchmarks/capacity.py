@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
 import random
@@ -48,7 +47,16 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
-from benchmarks.gateway import _tear_down, cpu_seconds, start_gateway, wait_port, wait_snapshot  # noqa: E402
+from benchmarks.gateway import (  # noqa: E402
+    _tear_down,
+    bench_key,
+    bench_tenancy,
+    cpu_seconds,
+    publish_sections,
+    start_gateway,
+    wait_port,
+    wait_snapshot,
+)
 from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
 from loadtest.fastclient import StreamClient  # noqa: E402
 from loadtest.records import HTTP_5XX, TIMEOUT, RequestRecord  # noqa: E402
@@ -75,38 +83,17 @@ def start_engine(a, work: Path):
 
 
 def publish(redis_url: str, prefix: str, engine_port: int, limit: int | None) -> int:
-    import redis
-
-    from snapshot.publish import publish_section
-
-    keys = {
-        hashlib.sha256(secret.encode()).hexdigest(): {
-            "id": i + 1, "prefix": secret[:10], "tenant_id": 1, "models": None, "expires_at": None,
-            "revoked": False, "rpm": 0, "tpm": 0, "class": cls,
-        }
-        for i, (cls, secret) in enumerate(SECRETS.items())
-    }  # fmt: skip
-    tenancy = {
-        "keys": keys,
-        "tenants": {"1": {"slug": "bench", "rpm": 0, "tpm": 0, "max_input_tokens": 0, "max_output_tokens": 0,
-                          "budget": None}},
-        "prices": {MODEL: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
-        "batch_prices": {},
-        "cache_prices": {},
-    }  # fmt: skip
+    keys: dict = {}
+    for i, (cls, secret) in enumerate(SECRETS.items()):
+        keys |= bench_key(secret, key_id=i + 1, traffic_class=cls)
     routes = {"routes": {MODEL: {"long_context_threshold": None, "targets": [{
         "deployment_id": 1, "deployment_slug": "cap-0", "version_id": None,
         "base_url": f"http://127.0.0.1:{engine_port}/v1", "engine_model": MODEL, "weight": 1,
         "pool": "online", "status": "RUNNING", "max_inflight": limit,
     }]}}}  # fmt: skip
-    r = redis.Redis.from_url(redis_url)
-    try:
-        version = 0
-        for section, data in (("tenancy", tenancy), ("routes", routes)):
-            version = publish_section(r, prefix=prefix, section=section, data=data)
-        return version
-    finally:
-        r.close()
+    return publish_sections(
+        redis_url, prefix, {"tenancy": bench_tenancy(keys, model=MODEL), "routes": routes}
+    )
 
 
 async def one(clients: dict, cls: str, a, index: int, out: list) -> None:

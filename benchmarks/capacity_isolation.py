@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
 import random
@@ -41,7 +40,15 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 import orjson  # noqa: E402
 
-from benchmarks.gateway import _tear_down, start_gateway, wait_port, wait_snapshot  # noqa: E402
+from benchmarks.gateway import (  # noqa: E402
+    _tear_down,
+    bench_key,
+    bench_tenancy,
+    publish_sections,
+    start_gateway,
+    wait_port,
+    wait_snapshot,
+)
 from benchmarks.smoke import add_smoke_flag, apply_smoke  # noqa: E402
 from loadtest.fastclient import StreamClient  # noqa: E402
 from loadtest.records import RequestRecord  # noqa: E402
@@ -88,21 +95,6 @@ def start_engine(work: Path, name: str) -> tuple[subprocess.Popen, int]:
 
 
 def publish(redis_url: str, prefix: str, ports: list[int], *, isolated: bool, threshold: int) -> int:
-    import redis
-
-    from snapshot.publish import publish_section
-
-    tenancy = {
-        "keys": {hashlib.sha256(SECRET.encode()).hexdigest(): {
-            "id": 1, "prefix": SECRET[:10], "tenant_id": 1, "models": None, "expires_at": None, "revoked": False,
-            "rpm": 0, "tpm": 0, "class": "standard",
-        }},
-        "tenants": {"1": {"slug": "bench", "rpm": 0, "tpm": 0, "max_input_tokens": 0, "max_output_tokens": 0,
-                          "budget": None}},
-        "prices": {MODEL: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
-        "batch_prices": {},
-        "cache_prices": {},
-    }  # fmt: skip
     pools = ["online", "long-context" if isolated else "online"]
     targets = [
         {"deployment_id": i + 1, "deployment_slug": f"iso-{i}", "version_id": None,
@@ -113,14 +105,8 @@ def publish(redis_url: str, prefix: str, ports: list[int], *, isolated: bool, th
     routes = {
         "routes": {MODEL: {"long_context_threshold": threshold if isolated else None, "targets": targets}}
     }
-    r = redis.Redis.from_url(redis_url)
-    try:
-        version = 0
-        for section, data in (("tenancy", tenancy), ("routes", routes)):
-            version = publish_section(r, prefix=prefix, section=section, data=data)
-        return version
-    finally:
-        r.close()
+    tenancy = bench_tenancy(bench_key(SECRET), model=MODEL)
+    return publish_sections(redis_url, prefix, {"tenancy": tenancy, "routes": routes})
 
 
 def prompt(tokens: int, rng: random.Random) -> str:

@@ -130,30 +130,45 @@ def start_gateway(
     return p, port
 
 
+def bench_key(
+    secret: str, *, key_id: int = 1, rpm: int = 0, tpm: int = 0, traffic_class: str = "standard"
+) -> dict:
+    """One key of the benchmarks' tenant, as the tenancy section lists it (by its secret's hash)."""
+    return {hashlib.sha256(secret.encode()).hexdigest(): {
+        "id": key_id, "prefix": secret[:10], "tenant_id": 1, "models": None, "expires_at": None,
+        "revoked": False, "rpm": rpm, "tpm": tpm, "class": traffic_class,
+    }}  # fmt: skip
+
+
+def bench_tenancy(keys: dict, *, model: str = MODEL, tenant: dict | None = None) -> dict:
+    """The tenancy section of the benchmarks' one tenant: its keys, one online price for ``model``
+    and no batch or cache prices. The one place the benchmarks build it, so that a field the
+    section gains is added once."""
+    tenant = tenant or {"slug": "bench", "rpm": 0, "tpm": 0, "max_input_tokens": 0, "max_output_tokens": 0,
+                        "budget": None}  # fmt: skip
+    return {
+        "keys": keys,
+        "tenants": {"1": tenant},
+        "prices": {model: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
+        "batch_prices": {},
+        "cache_prices": {},
+    }
+
+
 def snapshot_sections(engine_ports: list[int], limits: bool) -> dict[str, dict]:
     """The two sections the console publishes: one tenant with limits and a budget, one key, one route."""
     big = 1_000_000_000
-    tenancy = {
-        "keys": {
-            hashlib.sha256(SECRET.encode()).hexdigest(): {
-                "id": 1, "prefix": SECRET[:10], "tenant_id": 1, "models": None, "expires_at": None,
-                "revoked": False, "rpm": big if limits else 0, "tpm": big if limits else 0,
-            }
+    tenancy = bench_tenancy(
+        bench_key(SECRET, rpm=big if limits else 0, tpm=big if limits else 0),
+        tenant={
+            "slug": "bench", "rpm": big if limits else 0, "tpm": big if limits else 0,
+            "max_input_tokens": 0, "max_output_tokens": 0,
+            "budget": {
+                "period": "monthly", "amount_nanos": 10**18, "hard_cap_nanos": 10**18, "soft_percents": [],
+                "spent_period_key": "", "spent_nanos": 0,
+            } if limits else None,
         },
-        "tenants": {
-            "1": {
-                "slug": "bench", "rpm": big if limits else 0, "tpm": big if limits else 0,
-                "max_input_tokens": 0, "max_output_tokens": 0,
-                "budget": {
-                    "period": "monthly", "amount_nanos": 10**18, "hard_cap_nanos": 10**18, "soft_percents": [],
-                    "spent_period_key": "", "spent_nanos": 0,
-                } if limits else None,
-            }
-        },
-        "prices": {MODEL: {"price_id": None, "input_nanos": 100, "output_nanos": 300}},
-        "batch_prices": {},
-        "cache_prices": {},
-    }  # fmt: skip
+    )  # fmt: skip
     routes = {
         "routes": {
             MODEL: {
@@ -172,8 +187,8 @@ def snapshot_sections(engine_ports: list[int], limits: bool) -> dict[str, dict]:
     return {"tenancy": tenancy, "routes": routes}
 
 
-def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limits: bool) -> int:
-    """Publish both sections through the product's own writer (``snapshot.publish``), as the console
+def publish_sections(redis_url: str, prefix: str, sections: dict[str, dict]) -> int:
+    """Publish sections through the product's own writer (``snapshot.publish``), as the console
     does; returns the snapshot version the gateway will report once it serves them."""
     import redis
 
@@ -182,11 +197,15 @@ def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limit
     r = redis.Redis.from_url(redis_url)
     try:
         version = 0
-        for section, data in snapshot_sections(engine_ports, limits).items():
+        for section, data in sections.items():
             version = publish_section(r, prefix=prefix, section=section, data=data)
         return version
     finally:
         r.close()
+
+
+def publish_snapshot(redis_url: str, prefix: str, engine_ports: list[int], limits: bool) -> int:
+    return publish_sections(redis_url, prefix, snapshot_sections(engine_ports, limits))
 
 
 def wait_snapshot(port: int, version: int = 1, timeout: float = 30) -> None:
