@@ -42,6 +42,11 @@ EMBED_TIMEOUT_S = 2.0
 HIT_HEADER = (b"x-governor-cache", b"hit")
 
 
+# The route page's counter (``snapshot.contract.CACHE_STATS_FIELDS``) for each way a request that found
+# a neighbour still went to the model.
+COUNTED = {"explore": "explored", "verify": "verified"}
+
+
 @dataclass(slots=True)
 class Pending:
     """What ``before_forward`` left for ``after_response``: the request went to the model."""
@@ -228,9 +233,10 @@ class SemanticCache:
             if cached is not None:
                 right = answers.same(cached.text, ans.text)
                 await store.observe(route, pending.key, pending.s, right)
-                store.count(route, pending.action)
+                field = COUNTED[pending.action]
+                store.count(route, field)
                 if not right:
-                    store.count(route, pending.action + "_wrong")
+                    store.count(route, field + "_wrong")
                 if right:
                     return
         await store.insert(route, pending.scope, pending.vec, ans, pending.ttl_s)

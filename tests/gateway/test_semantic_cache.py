@@ -16,7 +16,7 @@ import pytest
 
 from engines import textvec
 from gateway.semcache.hook import SemanticCache
-from snapshot.contract import cache_stats_key, parse_snapshot
+from snapshot.contract import CACHE_STATS_FIELDS, cache_stats_key, parse_snapshot
 from tests.gateway.inproc import SECRET, FakeEngine, _response, target
 
 SECRET_B = "gk-inproc-other-tenant"
@@ -169,6 +169,14 @@ async def test_a_repeated_question_is_answered_from_the_cache_at_the_cache_price
     assert ev["saved_nanos"] == p * 1000 + c * 2000 - ev["cost_nanos"]
     misses = [e for e in g.events() if not e["cache_hit"]]
     assert misses and all(e["saved_nanos"] == 0 and e["price_id"] == 3 for e in misses)
+    # The counters land in the fields the route page reads (nothing else): one lookup per request,
+    # the hit, and each miss after the first as an exploration the model's same answer confirmed.
+    await g.cache.store.flush()
+    stats = {k.decode(): int(v) for k, v in (await g.redis.hgetall(cache_stats_key(g.prefix, "m"))).items()}
+    assert set(stats) <= set(CACHE_STATS_FIELDS), set(stats) - set(CACHE_STATS_FIELDS)
+    assert stats["lookups"] == len(seen) + 1 and stats["hits"] == 1 and stats["inserted"] == 1
+    assert stats.get("explored", 0) + stats.get("verified", 0) == len(seen) - 1
+    assert stats.get("explored_wrong", 0) == stats.get("verified_wrong", 0) == 0
 
 
 async def test_a_streamed_hit_has_the_models_stream_shape_and_its_usage_chunk(cached):
