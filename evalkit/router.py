@@ -337,7 +337,13 @@ class Evaluation:
             q_lo, q_hi = wilson(float(scores.sum()), n, confidence)
         else:
             q_lo, q_hi = _percentiles(scores[self.idx].mean(axis=1), confidence)
-        ratio_lo, ratio_hi = ratio_interval(scores, self.strong, self.idx, confidence)
+        if to_cheap.any():
+            ratio_lo, ratio_hi = ratio_interval(scores, self.strong, self.idx, confidence)
+        else:
+            # Every request to the strong version: its own answers, a ratio of exactly 1 whatever
+            # the resample, even where the strong version got nothing right (a bootstrap would count
+            # such a resample as 0 and leave training with no operating point at all).
+            ratio_lo = ratio_hi = 1.0
         cost = float(np.where(to_cheap, self.cheap_cost, self.strong_cost).sum())
         strong_cost = float(self.strong_cost.sum())
         return CurvePoint(
@@ -346,7 +352,7 @@ class Evaluation:
             quality=q,
             quality_lo=q_lo,
             quality_hi=q_hi,
-            quality_ratio=q / q_strong if q_strong > 0 else 0.0,
+            quality_ratio=q / q_strong if q_strong > 0 else (0.0 if to_cheap.any() else 1.0),
             ratio_lo=ratio_lo,
             ratio_hi=ratio_hi,
             cost_ratio=cost / strong_cost if strong_cost > 0 else 0.0,

@@ -118,6 +118,20 @@ def test_a_target_no_threshold_meets_sends_everything_to_the_strong_version():
     assert t.test_point.cheap_share == 0.0 and t.test_point.cost_ratio == 1.0
 
 
+def test_a_strong_version_that_is_rarely_right_still_leaves_an_operating_point():
+    # 120 cases, the strong version right on 4 and the cheap one on none: most bootstrap resamples of
+    # the validation quarter hold no right answer. All-strong is still a point whose ratio is 1 in
+    # every resample, so training ends there instead of finding no threshold at all.
+    cases = [
+        Labelled(c.case_id, c.text, 0.0, 1.0 if i % 30 == 0 else 0.0, 1.0, 10.0)
+        for i, c in enumerate(_cases(120))
+    ]
+    t = router.train(cases, target=0.95, seed=0)
+    assert t.threshold == router.ALL_STRONG and not t.met_target
+    assert (t.validation_point.ratio_lo, t.validation_point.ratio_hi) == (1.0, 1.0)
+    assert t.test_point.cost_ratio == 1.0
+
+
 def test_the_gate_passes_a_whole_interval_above_the_target_and_fails_an_inconclusive_one():
     cases = _cases(600)
     t = router.train(cases, target=0.95, seed=0)
