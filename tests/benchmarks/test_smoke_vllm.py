@@ -52,3 +52,38 @@ def test_vllm_cpu_points_smoke_run_against_a_running_server(tiny_vllm, tiny_vllm
     assert [p["shape"] for p in figures["points"] if "shape" in p] == ["32x4"]
     for p in figures["points"]:
         assert p["num_requests"] > 0 and p["errors"] == 0 and p["server_steps"] > 0
+
+
+def test_routing_measured_rows_smoke_run_against_a_running_server(tiny_vllm, tmp_path):
+    url = tiny_vllm.openai_base_url
+    figures = smoke_run(
+        "routing",
+        ("cost_ratio", "quality_ratio", "measured", "conditions"),
+        ("--measured", "--strong-url", url, "--cheap-url", url, "--copies", "rtn4g64"),
+        tmp_path,
+    )
+    row = figures["measured"]["rtn4g64"]
+    assert row["label"] == "measured" and "0 errored" in row["conditions"]["suite"]
+    # The one server answered both sides greedily: the same answer to every case, from its own
+    # tokens; the router's report covers the held-out quarter from all-cheap to all-strong.
+    assert row["accuracy"]["same_answer_share"] == 1.0
+    assert row["accuracy"]["strong"] == row["accuracy"]["cheap"]
+    counts = row["operating_point"]["counts"]
+    assert counts["train"] + counts["validation"] + counts["test"] == 120
+    assert row["curve"][0]["cheap_share"] == 1.0 and row["curve"][-1]["cheap_share"] == 0.0
+
+
+def test_voting_measured_row_smoke_run_against_a_running_server(tiny_vllm, tmp_path):
+    figures = smoke_run(
+        "voting",
+        ("samples_saved_pct", "measured", "conditions"),
+        ("--measured", "--url", tiny_vllm.openai_base_url),
+        tmp_path,
+    )
+    m = figures["measured"]
+    assert m["done"] is True and m["label"] == "measured"
+    detail = m["detail"]
+    # Every case got its full budget of real samples, and the adaptive vote read a prefix of them.
+    assert detail["cases"] == 24 and detail["samples_fixed"] == 24 * figures["budget"]
+    assert 0 < detail["samples_adaptive"] <= detail["samples_fixed"]
+    assert sum(detail["stopped"].values()) == 24
