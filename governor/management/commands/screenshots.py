@@ -26,15 +26,16 @@ class Command(BaseCommand):
         parser.add_argument("--password", default="governor-admin")
         parser.add_argument("--out", default="docs/screenshots")
         parser.add_argument("--version-page", action="store_true", help="also shoot the first version's page")
+        parser.add_argument("--only", action="store_true", help="only the pages given with --page")
         parser.add_argument(
             "--page",
             action="append",
             default=[],
             metavar="FILE=PATH",
-            help="another page, e.g. run.png=/benchmarks/1/",
+            help="another page, e.g. run.png=/benchmarks/1/; end it with #id to shoot from that element down",
         )
 
-    def handle(self, *args, base_url, username, password, out, version_page, page, **options):
+    def handle(self, *args, base_url, username, password, out, version_page, only, page, **options):
         from playwright.sync_api import sync_playwright
 
         path = chromium_path()
@@ -51,16 +52,24 @@ class Command(BaseCommand):
             page.fill("#id_password", password)
             page.click("button[type=submit]")
             page.wait_for_url(f"{base_url}/")
-            shots = list(PAGES) + extra
+            shots = ([] if only else list(PAGES)) + extra
             if version_page:
                 shots.insert(0, ("catalog-version.png", "/catalog/versions/1/", "Memory estimate"))
             for name, url, marker in shots:
+                url, _, anchor = url.partition("#")
                 response = page.goto(f"{base_url}{url}")
                 if response is None or response.status >= 400:
                     self.stderr.write(f"skip {url}: HTTP {response.status if response else '?'}")
                     continue
                 page.get_by_text(marker).first.wait_for()
                 page.wait_for_timeout(1500)  # let htmx polls and charts settle
+                if anchor:
+                    element = page.locator(f"#{anchor}")
+                    if element.count() == 0:
+                        self.stderr.write(f"skip {url}: no element #{anchor}")
+                        continue
+                    page.evaluate("id => document.getElementById(id).scrollIntoView()", anchor)
+                    page.wait_for_timeout(300)
                 page.screenshot(path=str(out_dir / name), full_page=False)
                 self.stdout.write(f"wrote {out_dir / name}")
             browser.close()
