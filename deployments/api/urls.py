@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from deployments.api import rollouts, views
+from deployments.api import cache, rollouts, views
 
 app_name = "deployments-api"
 
@@ -17,5 +17,7 @@ urlpatterns = [
     path("serve-config/", views.serve_config_view, name="serve-config"),
     path("reconcile/", views.reconcile_view, name="reconcile"),
     path("deployments/<int:pk>/faults/", rollouts.deployment_faults_view, name="deployment-faults"),
+    path("routes/<int:pk>/cache/", cache.RouteCacheView.as_view(), name="route-cache"),
+    path("routes/<int:pk>/cache/drop/", cache.RouteCacheDropView.as_view(), name="route-cache-drop"),
     *router.urls,
 ]
