@@ -190,8 +190,14 @@ def measured(args, spec: VoteSpec) -> dict:
             url, cases, n=args.budget, temperature=args.temperature, seed=args.seed
         )
     samplers = [lambda k, d=d: d[k] for d in draws]
-    # How much the model's samples agree: the most common answer's share of a case's samples.
-    agreement = [max(Counter(extract(t, "number") for t in d).values()) / len(d) for d in draws if d]
+    # How much the model's samples agree: the most common answer's share of a case's samples (a
+    # sample without a number counts against it).
+    agreement = [
+        max(Counter(a for a in (extract(t, "number") for t in d) if a is not None).values(), default=0)
+        / len(d)
+        for d in draws
+        if d
+    ]
     truths = [str(c.expected) for c in cases]
     row = evaluate(samplers, truths, spec, args.budget, args.seed, [0] * len(cases))
     row.pop("by_level")
