@@ -48,12 +48,14 @@ def model_dirs(names: Sequence[str]) -> dict[str, Path]:
 
 
 @contextlib.contextmanager
-def serving(model_dir: Path, url: str | None = None) -> Iterator[tuple[str, float]]:
+def serving(model_dir: Path | None, url: str | None = None) -> Iterator[tuple[str, float]]:
     """``(base URL ending in /v1, startup seconds)`` of a vLLM-CPU server of ``model_dir``; with
     ``url``, that server instead (started by someone else, left running)."""
     if url:
         yield url.rstrip("/"), 0.0
         return
+    if model_dir is None:
+        raise ValueError("serving needs a model directory or the URL of a running server")
     from engines.vllm_cpu import vllm_cpu_server
 
     log = Path(tempfile.mkdtemp(prefix="bench-vllm-")) / f"{model_dir.name}.log"
