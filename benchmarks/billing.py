@@ -24,6 +24,7 @@ page), without generating or rolling up anything.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import statistics
@@ -59,6 +60,13 @@ def recreate_database(base_url: str, name: str) -> str:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     return _db_url(base_url, name)
+
+
+def drop_database(base_url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(_db_url(base_url, "postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def pg_settings(cur) -> dict:
@@ -115,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
             "DATABASE_URL must point at a PostgreSQL server (the benchmark makes its own database)"
         )
     url = _db_url(base, args.database) if args.page_only else recreate_database(base, args.database)
+    if args.smoke and not args.page_only:
+        # A smoke run's database is named after its process: nothing else will ever drop it.
+        atexit.register(drop_database, base, args.database)
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governor.settings")
     os.environ.setdefault("SECRET_KEY", "governor-bench-secret-key-not-for-production")
