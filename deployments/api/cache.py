@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.access import ReadsEverythingOrAdmin
+from deployments.api.views import _drf_error
 from deployments.models import ModelRoute, RouteCache
 from deployments.semcache.selectors import encoder_label, route_cache_report
 from deployments.semcache.services import route_cache_invalidate, route_cache_set
@@ -96,12 +97,6 @@ def _body(route: ModelRoute) -> dict:
     }
 
 
-def _refused(exc: DjangoValidationError) -> serializers.ValidationError:
-    return serializers.ValidationError(
-        {("non_field_errors" if k == "__all__" else k): v for k, v in exc.message_dict.items()}
-    )
-
-
 class RouteCacheView(APIView):
     """A route's semantic cache: its settings and live figures; admins change them."""
 
@@ -119,7 +114,7 @@ class RouteCacheView(APIView):
         try:
             route_cache_set(route=route, actor=request.user, **body.validated_data)
         except DjangoValidationError as exc:
-            raise _refused(exc) from exc
+            raise _drf_error(exc) from exc
         return Response(_body(route))
 
 
@@ -136,5 +131,5 @@ class RouteCacheDropView(APIView):
         try:
             route_cache_invalidate(route=route, actor=request.user, reason=body.validated_data["reason"])
         except DjangoValidationError as exc:
-            raise _refused(exc) from exc
+            raise _drf_error(exc) from exc
         return Response(_body(route))
