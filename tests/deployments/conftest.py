@@ -87,3 +87,17 @@ def void_queue() -> Iterator[str]:
         client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
         client.delete(queue)
         client.close()
+
+
+@pytest.fixture
+def cache_routes():
+    """A chat route (``chat-c``) and an embedding route (``emb-c``) for the semantic cache's tests."""
+    from tests.deployments.factories import DeploymentFactory, RouteTargetFactory
+
+    chat = RouteTargetFactory(
+        deployment=DeploymentFactory(status="RUNNING"), route__public_name="chat-c"
+    ).route
+    emb = RouteTargetFactory(
+        deployment=DeploymentFactory(status="RUNNING", task="embed"), route__public_name="emb-c"
+    ).route
+    return chat, emb

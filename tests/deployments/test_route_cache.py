@@ -31,14 +31,8 @@ OK = {"enabled": "on", "ttl_s": "3600", "target_error_rate": "0.02", "verify_sha
 
 
 @pytest.fixture
-def routes():
-    chat = RouteTargetFactory(
-        deployment=DeploymentFactory(status="RUNNING"), route__public_name="chat-c"
-    ).route
-    emb = RouteTargetFactory(
-        deployment=DeploymentFactory(status="RUNNING", task="embed"), route__public_name="emb-c"
-    ).route
-    return chat, emb
+def routes(cache_routes):
+    return cache_routes
 
 
 def _post(client, route, **data):

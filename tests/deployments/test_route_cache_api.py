@@ -13,20 +13,13 @@ from audit.selectors import events_for_object
 from deployments.models import RouteCache
 from deployments.selectors import routing_table
 from snapshot.contract import cache_live_key, cache_stats_key
-from tests.deployments.factories import DeploymentFactory, RouteTargetFactory
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def routes():
-    chat = RouteTargetFactory(
-        deployment=DeploymentFactory(status="RUNNING"), route__public_name="chat-a"
-    ).route
-    emb = RouteTargetFactory(
-        deployment=DeploymentFactory(status="RUNNING", task="embed"), route__public_name="emb-a"
-    ).route
-    return chat, emb
+def routes(cache_routes):
+    return cache_routes
 
 
 def _url(route, drop: bool = False) -> str:
@@ -50,14 +43,14 @@ def test_an_admin_sets_the_cache_and_reads_it_back_with_its_figures(admin_client
     assert r.status_code == 200, r.content
     body = r.json()
     assert (body["enabled"], body["ttl_s"], body["embedding_route"]) == (True, 600, emb.pk)
-    assert routing_table()["chat-a"]["cache"]["embedding_model"] == "emb-a"  # the gateways are told
+    assert routing_table()["chat-c"]["cache"]["embedding_model"] == "emb-c"  # the gateways are told
     event = next(e for e in events_for_object(object_type="deployments.modelroute", object_id=chat.pk)
                  if e.action == "model_route.cache_set")  # fmt: skip
     assert event.reason == "cache the FAQ"
     # The live figures are the gateways' counters, estimated as on the route page.
     client = redis.Redis.from_url(getattr(settings, "GATEWAY_REDIS_URL", None) or settings.REDIS_URL)
     prefix = getattr(settings, "GATEWAY_KEY_PREFIX", "gw:")
-    key, live = cache_stats_key(prefix, "chat-a"), cache_live_key(prefix, "chat-a")
+    key, live = cache_stats_key(prefix, "chat-c"), cache_live_key(prefix, "chat-c")
     try:
         client.hset(key, mapping={"lookups": 1000, "hits": 570, "verified": 30, "verified_wrong": 1})
         client.zadd(live, {"1": timezone.now().timestamp() + 3600})
@@ -95,10 +88,10 @@ def test_an_admin_sets_the_cache_and_reads_it_back_with_its_figures(admin_client
 def test_nonsense_is_a_400_naming_the_field_and_changes_nothing(admin_client, routes, over, field):
     chat, emb = routes
     admin_client.put(_url(chat), _on(emb), content_type="application/json")
-    before = routing_table()["chat-a"]["cache"]
+    before = routing_table()["chat-c"]["cache"]
     r = admin_client.put(_url(chat), _on(emb, **over), content_type="application/json")
     assert r.status_code == 400 and field in r.json()
-    assert routing_table()["chat-a"]["cache"] == before
+    assert routing_table()["chat-c"]["cache"] == before
 
 
 def test_a_route_cannot_embed_its_own_prompts(admin_client, routes):
@@ -117,10 +110,10 @@ def test_dropping_every_entry_needs_a_reason_and_bumps_the_generation(admin_clie
         ).status_code
         == 400
     )
-    assert routing_table()["chat-a"]["cache"]["generation"] == 0
+    assert routing_table()["chat-c"]["cache"]["generation"] == 0
     r = admin_client.post(_url(chat, drop=True), {"reason": "handbook v8"}, content_type="application/json")
     assert r.status_code == 200 and r.json()["generation"] == 1
-    assert routing_table()["chat-a"]["cache"]["generation"] == 1
+    assert routing_table()["chat-c"]["cache"]["generation"] == 1
 
 
 def test_an_auditor_reads_but_cannot_write_and_a_tenant_member_cannot_read(
