@@ -42,11 +42,6 @@ EMBED_TIMEOUT_S = 2.0
 HIT_HEADER = (b"x-governor-cache", b"hit")
 
 
-# The route page's counter (``snapshot.contract.CACHE_STATS_FIELDS``) for each way a request that found
-# a neighbour still went to the model.
-COUNTED = {"explore": "explored", "verify": "verified"}
-
-
 @dataclass(slots=True)
 class Pending:
     """What ``before_forward`` left for ``after_response``: the request went to the model."""
@@ -55,7 +50,9 @@ class Pending:
     scope: str
     vec: np.ndarray
     ttl_s: int
-    action: str  # "insert" (no neighbour), "explore" (not served), "verify" (a verification sample)
+    # "insert" (no neighbour), "explored" (not served), "verified" (a verification sample): the last
+    # two are also the route page's counters (``snapshot.contract.CACHE_STATS_FIELDS``).
+    action: str
     version: str = ""  # the model version the scope was made for
     key: int = 0
     s: float = 0.0
@@ -146,9 +143,9 @@ class SemanticCache:
             pending.key, pending.s = entry.key, s
             policy = store.policy(r.name, cfg.target_error)
             if not policy.serve(entry.ll, s):
-                pending.action = "explore"
+                pending.action = "explored"
             elif self.rng.random() < cfg.verify_share:
-                pending.action = "verify"
+                pending.action = "verified"
             else:
                 try:
                     ans = await store.answer(entry.key)
@@ -233,10 +230,9 @@ class SemanticCache:
             if cached is not None:
                 right = answers.same(cached.text, ans.text)
                 await store.observe(route, pending.key, pending.s, right)
-                field = COUNTED[pending.action]
-                store.count(route, field)
+                store.count(route, pending.action)
                 if not right:
-                    store.count(route, field + "_wrong")
+                    store.count(route, pending.action + "_wrong")
                 if right:
                     return
         await store.insert(route, pending.scope, pending.vec, ans, pending.ttl_s)
