@@ -21,7 +21,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from evalkit.runner import run_cases
-from evalkit.scorers import score
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVED_NAME = "tiny-llama"
@@ -117,8 +116,3 @@ async def _draw(base_url: str, cases: Sequence, *, n: int, temperature: float, s
 
         await asyncio.gather(*(one(i, c) for i, c in enumerate(cases)))
     return out, time.perf_counter() - t0
-
-
-def right(case, text: str | None) -> bool:
-    """Whether an answer is right by the case's own scorer."""
-    return text is not None and score(case, text) >= 1.0
