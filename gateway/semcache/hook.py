@@ -235,7 +235,13 @@ class SemanticCache:
                     store.count(route, pending.action + "_wrong")
                 if right:
                     return
-        await store.insert(route, pending.scope, pending.vec, ans, pending.ttl_s)
+        key = await store.insert(route, pending.scope, pending.vec, ans, pending.ttl_s)
+        if pending.action != "insert":
+            # The comparison runs both ways: the neighbour's answer was wrong for this prompt at
+            # ``s``, so this prompt's answer is wrong for the neighbour's at ``s`` too. The new entry
+            # starts out knowing a near-miss that close, instead of being served for it on the
+            # route's prior alone (ADR 0042, amendment of 4 Dec 2026).
+            await store.observe(route, key, pending.s, False)
 
     async def close(self) -> None:
         await self.store.close()

@@ -22,6 +22,11 @@ Here (docs/decisions/0042):
   with no observations is served rarely (the prior puts its threshold anywhere on the grid); one whose
   neighbours proved right at lower similarities is served down to them; one with near-misses close by
   learns a threshold above them.
+- A new entry is made when the model's answer differed from its neighbour's at a similarity ``s``:
+  that is a near-miss for the new entry too, at the same ``s``, and it starts with that observation
+  (the hook and the benchmark record it). Without it a new entry among prompts that share words
+  across groups (a context, a template) was judged on the route's prior alone and served for the
+  very near-miss it was made for (ADR 0042).
 - The request not served is sent to the model and its answer compared with the entry's: that
   observation is what teaches the entry (nothing is spent on it: the model had to answer anyway).
   A share of the requests that *are* to be served (``verify_share``) is also sent to the model and

@@ -57,6 +57,7 @@ BENCHMARKS = {
             "best_static_threshold",
             "best_static_hit_rate",
             "hit_rate_ratio",
+            "in_context",
             "lookup_ms_p50",
             "conditions",
         ),

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import random
 
+import numpy as np
 import orjson
 import pytest
 
@@ -328,6 +330,23 @@ async def test_a_redis_outage_of_the_cache_sends_requests_to_the_model(cached):
         assert a.status == 200 and content(a) == "A about Austria"
         assert a.headers.get("x-governor-cache") is None
     assert chats(eng) == before + 6
+
+
+async def test_an_entry_made_for_a_near_miss_starts_knowing_it(cached):
+    """The neighbour's answer was wrong for the new prompt at a similarity s, so the new prompt's answer
+    is wrong for the neighbour's at s too: both entries learn it from the one comparison (ADR 0042)."""
+    g = cached
+    g.gw.snapshots.current = cached_snapshot(g.engine_answering.url, target_error=0.001)
+    g.cache.store.policy("m", 0.001).rng = random.Random(3)  # no chance hit: the near-miss goes to the model
+    a = await g.post(ask("What is the capital of Austria?"))
+    b = await g.post(ask("What is the capital of Australia?"))
+    assert b.headers.get("x-governor-cache") is None
+    assert (content(a), content(b)) == ("A about Austria", "A about Australia")
+    local = g.cache.store.local.by_key
+    await asyncio.wait_for(_until(lambda: len(local) == 2 and all(e.n for _, e in local.values())), 10)
+    first, second = (local[k][1] for k in sorted(local))
+    assert (first.n, first.wrong) == (second.n, second.wrong) == (1, 1)
+    np.testing.assert_allclose(first.ll, second.ll)  # one observation, (s, wrong), on both
 
 
 async def test_the_workers_share_entries_and_what_they_learned_through_redis(cached):
