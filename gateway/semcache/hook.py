@@ -240,7 +240,7 @@ class SemanticCache:
             # The comparison runs both ways: the neighbour's answer was wrong for this prompt at
             # ``s``, so this prompt's answer is wrong for the neighbour's at ``s`` too. The new entry
             # starts out knowing a near-miss that close, instead of being served for it on the
-            # route's prior alone (ADR 0042, amendment of 4 Dec 2026).
+            # route's prior alone (ADR 0042, second amendment).
             await store.observe(route, key, pending.s, False)
 
     async def close(self) -> None:
