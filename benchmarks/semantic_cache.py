@@ -557,9 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     for q in queries:
         fams[q.family] = fams.get(q.family, 0) + 1
     r = {
-        **{k: v for k, v in cmp.items() if k not in ("adaptive", "static")},
-        "adaptive": cmp["adaptive"],
-        "static": cmp["static"],
+        **cmp,
         # The same questions after a context each (``in_context``): prompts of different groups share words.
         "in_context": ctx,
         **lat,
@@ -568,7 +566,6 @@ def main(argv: list[str] | None = None) -> int:
             "groups": len(groups()),
             "families": fams,
             "family_shares": FAMILY_SHARES,
-            "distinct_prompts": len({q.text for q in queries}),
             "zipf": 1.0,
             "encoder": textvec.NAME,
             "dims": a.dims,
