@@ -225,18 +225,19 @@ class SemanticCache:
             return
         store = self.store
         route = pending.route
+        near_miss = False  # the neighbour's answer was compared with the model's and differed
         if pending.action != "insert":
             cached = await store.answer(pending.key)
             if cached is not None:
                 right = answers.same(cached.text, ans.text)
                 await store.observe(route, pending.key, pending.s, right)
                 store.count(route, pending.action)
-                if not right:
-                    store.count(route, pending.action + "_wrong")
                 if right:
                     return
+                store.count(route, pending.action + "_wrong")
+                near_miss = True
         key = await store.insert(route, pending.scope, pending.vec, ans, pending.ttl_s)
-        if pending.action != "insert":
+        if near_miss:
             # The comparison runs both ways: the neighbour's answer was wrong for this prompt at
             # ``s``, so this prompt's answer is wrong for the neighbour's at ``s`` too. The new entry
             # starts out knowing a near-miss that close, instead of being served for it on the

@@ -349,6 +349,24 @@ async def test_an_entry_made_for_a_near_miss_starts_knowing_it(cached):
     np.testing.assert_allclose(first.ll, second.ll)  # one observation, (s, wrong), on both
 
 
+async def test_an_entry_made_after_its_neighbour_expired_starts_knowing_nothing(cached):
+    """Nothing was compared (the neighbour's answer was gone from Redis): no observation is made up."""
+    g = cached
+    g.gw.snapshots.current = cached_snapshot(g.engine_answering.url, target_error=0.001)
+    g.cache.store.policy("m", 0.001).rng = random.Random(3)  # no chance hit
+    await g.post(ask("What is the capital of Austria?"))
+    local = g.cache.store.local.by_key
+    await asyncio.wait_for(_until(lambda: len(local) == 1), 10)
+    (first,) = local
+    async for k in g.redis.scan_iter(match=g.prefix + "sc:a:*"):
+        await g.redis.delete(k)  # expired in Redis, still in this worker's index
+    b = await g.post(ask("What is the capital of Australia?"))
+    assert content(b) == "A about Australia"
+    await asyncio.wait_for(_until(lambda: set(local) - {first}), 10)
+    (second,) = set(local) - {first}
+    assert (local[second][1].n, local[second][1].wrong) == (0, 0)
+
+
 async def test_the_workers_share_entries_and_what_they_learned_through_redis(cached):
     """A second gateway worker on the same Redis finds the first one's entry and its observations."""
     g = cached
