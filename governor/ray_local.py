@@ -63,10 +63,19 @@ class RayTestCluster:
             "applications": applications,
         }
 
-    def serve_put(self, config: dict, timeout: float = 30.0) -> None:
-        """``PUT /api/serve/applications/`` (the declarative API the reconciler uses)."""
-        r = httpx.put(f"{self.dashboard_url}/api/serve/applications/", json=config, timeout=timeout)
-        r.raise_for_status()
+    def serve_put(self, config: dict, timeout: float = 120.0) -> None:
+        """``PUT /api/serve/applications/`` (the declarative API the reconciler uses).
+
+        A 5xx is the cluster still starting (a loaded machine's first PUT, while the Serve controller
+        comes up, answered 500): transient, as the reconciler treats it (``deployments.ray_client``).
+        The PUT replaces the whole config, so sending it again is safe; until ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r = httpx.put(f"{self.dashboard_url}/api/serve/applications/", json=config, timeout=30.0)
+            if r.status_code < 500 or time.monotonic() >= deadline:
+                r.raise_for_status()
+                return
+            time.sleep(1)
 
     def serve_status(self) -> dict:
         r = httpx.get(f"{self.dashboard_url}/api/serve/applications/", timeout=30.0)
@@ -74,7 +83,8 @@ class RayTestCluster:
         return r.json()
 
     def wait_app_running(self, name: str, timeout: float = 180.0) -> dict:
-        """Poll until application ``name`` is RUNNING; raise with the last status otherwise."""
+        """Poll until application ``name`` is RUNNING and the proxy routes it; raise with the last status
+        otherwise."""
         deadline = time.monotonic() + timeout
         last: dict = {}
         while time.monotonic() < deadline:
@@ -84,12 +94,25 @@ class RayTestCluster:
                 time.sleep(1)
                 continue
             app = (last.get("applications") or {}).get(name)
-            if app and app.get("status") == "RUNNING":
+            if app and app.get("status") == "RUNNING" and self._routed(app.get("route_prefix")):
                 return app
             if app and app.get("status") == "DEPLOY_FAILED":
                 raise RuntimeError(f"application {name} failed: {app.get('message')}")
             time.sleep(1)
         raise TimeoutError(f"application {name} not RUNNING after {timeout}s: {last}")
+
+    def _routed(self, prefix: str | None) -> bool:
+        """Whether the proxy routes ``prefix`` yet (``GET /-/routes``): it learns a RUNNING app's
+        route a moment later, and a request sent in between was answered 404 on a loaded machine."""
+        if not prefix:
+            return True
+        try:
+            routes = httpx.get(
+                f"{self.serve_url}/-/routes", timeout=5.0
+            ).json()  # {prefix: app}; 503: a message
+        except (httpx.HTTPError, ValueError):
+            return False
+        return isinstance(routes, dict) and prefix in routes
 
 
 def _wait_http(url: str, timeout: float) -> None:
