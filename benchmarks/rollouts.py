@@ -377,7 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tpot-ms", type=float, default=5)
     p.add_argument("--clients", type=int, default=4, help="closed-loop clients")
     p.add_argument("--after", type=float, default=5.0, help="seconds of load kept on after the abort")
-    add_smoke_flag(p, window=6, clients=2, after=1.0)
+    # The smoke run's canary is 3 s slow, not 0.5 s: beside the rest of the suite (load 9-12 on 2 cores)
+    # the stable deployment's own p95 TTFT passed 1 s, and +0.5 s no longer crossed 1.5x stable's.
+    add_smoke_flag(p, window=6, clients=2, after=1.0, extra_ttft_ms=3000)
     a = apply_smoke(p.parse_args(argv))
     if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
         print("DATABASE_URL and REDIS_URL must point at PostgreSQL and Redis", file=sys.stderr)
