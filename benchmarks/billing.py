@@ -56,8 +56,8 @@ def recreate_database(base_url: str, name: str) -> str:
 
     if name.startswith("test_") or name in {urlsplit(base_url).path.lstrip("/")}:
         raise SystemExit(f"refusing to use {name!r}: the benchmark needs its own database")
+    drop_database(base_url, name)
     with psycopg.connect(_db_url(base_url, "postgres"), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     return _db_url(base_url, name)
 
